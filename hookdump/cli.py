@@ -1,0 +1,174 @@
+"""The ``hookdump`` command: parse, call ``hookdump.api``, render. No torch import at module level."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+from typer.exceptions import TyperException
+
+from . import __version__
+from .errors import EXIT_FAILURE, HookdumpError
+
+
+class _Group(TyperGroup):
+    """The one place where errors become a short paragraph on stderr and an exit code."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, TyperException):
+            raise
+        except HookdumpError as exc:
+            if os.environ.get("HOOKDUMP_DEBUG"):
+                raise
+            typer.echo(f"error: {exc.paragraph()}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+        except Exception as exc:
+            if os.environ.get("HOOKDUMP_DEBUG"):
+                raise
+            typer.echo(
+                f"error: hookdump failed unexpectedly: {type(exc).__name__}: {exc}\n"
+                "Rerun with HOOKDUMP_DEBUG=1 to see the traceback, and report it with the command you ran.",
+                err=True,
+            )
+            raise typer.Exit(EXIT_FAILURE) from None
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="hookdump",
+    help="See inside timm vision models: list hookable modules, capture layer activations to files.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"hookdump {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """See inside timm vision models: list hookable modules, capture layer activations to files."""
+
+
+# Options shared by several commands, declared once.
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model", "-m", help="timm model name, or a Twins alias (alt_gvt_large, pcpvt_small, ...)."
+    ),
+]
+ImportOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--import", help="Module or .py file to import first (registers models with timm). Repeatable."
+    ),
+]
+InputSizeOpt = Annotated[
+    str | None, typer.Option("--input-size", help="C,H,W instead of the model's default.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of tables.")]
+
+
+def _model_spec(name: str | None, imports: list[str] | None, **weights: Any) -> Any:
+    from .models import DEFAULT_MODEL, ModelSpec
+
+    return ModelSpec(name or DEFAULT_MODEL, tuple(imports or ()), name_given=name is not None, **weights)
+
+
+def _input_size(text: str | None) -> tuple[int, int, int] | None:
+    from .inputs import parse_input_size
+
+    return parse_input_size(text) if text else None
+
+
+@app.command("list-modules")
+def list_modules(
+    model_arg: Annotated[
+        str | None, typer.Argument(metavar="[MODEL]", help="Model name (or use --model).")
+    ] = None,
+    model: ModelOpt = None,
+    imports: ImportOpt = None,
+    input_size: InputSizeOpt = None,
+    no_shapes: Annotated[bool, typer.Option("--no-shapes", help="Skip the traced pass.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Print every module as a tree: the path --layer takes, class, params, shapes; containers marked."""
+    from . import api, render
+
+    tree = api.list_modules(
+        _model_spec(model_arg or model, imports), input_size=_input_size(input_size), shapes=not no_shapes
+    )
+    render.notes(tree.notes)
+    if json_out:
+        typer.echo(render.as_json([m.as_dict() for m in tree.inventory.modules]))
+        return
+    console = render.console()
+    console.print(render.module_tree(tree))
+    console.print(render.tree_summary(tree), highlight=False)
+
+
+@app.command()
+def capture(
+    images: Annotated[
+        list[str] | None, typer.Argument(help="Image files, folders (recursive), globs or @list.txt.")
+    ] = None,
+    layer: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--layer", "-l", help="Layer path (pos_block.3.proj.0 or pos_block[3].proj[0]). Repeatable."
+        ),
+    ] = None,
+    model: ModelOpt = None,
+    imports: ImportOpt = None,
+    checkpoint: Annotated[
+        Path | None, typer.Option(help=".safetensors or .pth weights, loaded strictly.")
+    ] = None,
+    pretrained: Annotated[bool, typer.Option("--pretrained", help="timm's pretrained weights.")] = False,
+    sample: Annotated[bool, typer.Option("--sample", help="Use the photo bundled with hookdump.")] = False,
+    random_input: Annotated[bool, typer.Option("--random-input", help="One seeded random input.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed for --random-input.")] = 0,
+    input_size: InputSizeOpt = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("hookdump-out"),
+    fmt: Annotated[str, typer.Option("--format", help="npy, pt, safetensors; comma-separated.")] = "npy",
+    what: Annotated[str, typer.Option(help="output, input or both.")] = "output",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    batch_size: Annotated[int, typer.Option(help="Images per forward pass.")] = 16,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace a capture already in --out.")
+    ] = False,
+    json_out: JsonOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+) -> None:
+    """Hook layers, run images through the model in eval mode, write every captured tensor to files."""
+    from . import api, inputs, render
+
+    spec = _model_spec(model, imports, checkpoint=checkpoint, pretrained=pretrained)
+    source = inputs.InputSpec(tuple(images or ()), sample, random_input, seed, _input_size(input_size))
+    result = api.capture(
+        source, layer or [], model=spec, out=out, formats=fmt, what=what, device=device,
+        batch_size=batch_size, overwrite=overwrite,
+    )  # fmt: skip
+    if json_out:
+        typer.echo(result.manifest.read_text().rstrip())
+    elif not quiet:
+        render.notes(result.notes)
+        typer.echo(render.capture_summary(result))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="hookdump")

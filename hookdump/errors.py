@@ -1,0 +1,55 @@
+"""One error type for everything a user can get wrong, each kind with its exit code and a fix."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_LAYER = 3
+EXIT_INPUT = 4
+
+
+class HookdumpError(Exception):
+    """A user-facing error: a short message naming the problem plus a hint with the fix."""
+
+    exit_code = EXIT_FAILURE
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def paragraph(self) -> str:
+        """The whole text shown to the user: message, then the fix."""
+        return f"{self.message}\n{self.hint}" if self.hint else self.message
+
+
+class UsageError(HookdumpError):
+    """Options that contradict each other, an output folder in the way, a device that is absent."""
+
+    exit_code = EXIT_USAGE
+
+
+class LayerError(HookdumpError):
+    """Unknown layer path, a container, a module that never runs, a layer that did not fire."""
+
+    exit_code = EXIT_LAYER
+
+
+class InputError(HookdumpError):
+    """A bad image, checkpoint, model name, config or plugin."""
+
+    exit_code = EXIT_INPUT
+
+
+def closest(word: str, choices: list[str], n: int = 5) -> list[str]:
+    """The choices that look most like `word`, best first."""
+    import difflib
+
+    return difflib.get_close_matches(word, choices, n=n, cutoff=0.6)
+
+
+def did_you_mean(word: str, choices: list[str], n: int = 5) -> str:
+    """'Did you mean: a, b?' or an empty string when nothing is close."""
+    found = closest(word, choices, n)
+    return f"Did you mean: {', '.join(found)}?" if found else ""

@@ -1,0 +1,163 @@
+"""Input paths (files, folders, globs, ``@list.txt``) to batches made by the model's own eval transform."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import InputError, UsageError
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """Where the images come from."""
+
+    paths: tuple[str, ...] = ()
+    sample: bool = False
+    random: bool = False
+    seed: int = 0
+    input_size: tuple[int, int, int] | None = None
+
+
+def sample_path() -> Path:
+    """The public-domain photo bundled with hookdump (scikit-image's ``chelsea``, downscaled)."""
+    return Path(str(resources.files("hookdump") / "data" / "sample.jpg"))
+
+
+def parse_input_size(text: str) -> tuple[int, int, int]:
+    """``3,224,224`` -> ``(3, 224, 224)``."""
+    parts = text.replace("x", ",").split(",")
+    try:
+        c, h, w = (int(p) for p in parts)
+    except ValueError:
+        c = h = w = 0
+    if min(c, h, w) < 1:
+        raise UsageError(f"--input-size `{text}` is not C,H,W.", "Write it like 3,224,224.")
+    return c, h, w
+
+
+def collect(spec: InputSpec) -> list[Path]:
+    """Every image path the user named, in a stable order, checked to exist and to be images."""
+    given = sum([bool(spec.paths), spec.sample, spec.random])
+    if given == 0:
+        raise UsageError(
+            "No input given.",
+            "Pass image files or folders, --sample for the bundled photo, or --random-input.",
+        )
+    if given > 1:
+        raise UsageError("Give images, --sample or --random-input, not several.", "Keep one of them.")
+    if spec.random:
+        return []
+    if spec.sample:
+        return [sample_path()]
+    found: list[Path] = []
+    for text in spec.paths:
+        found.extend(_expand(text))
+    for path in found:
+        _check_image(path)
+    return found
+
+
+def _expand(text: str) -> list[Path]:
+    if text.startswith("@"):
+        listing = Path(text[1:])
+        if not listing.is_file():
+            raise InputError(f"List file `{listing}` does not exist.", "Write one image path a line in it.")
+        lines = [ln.strip() for ln in listing.read_text().splitlines()]
+        paths = [Path(ln) for ln in lines if ln and not ln.startswith("#")]
+        return [p if p.exists() or p.is_absolute() else listing.parent / p for p in paths]
+    path = Path(text)
+    if path.is_dir():
+        images = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        if not images:
+            raise InputError(
+                f"Folder `{path}` holds no images.", f"hookdump reads {', '.join(sorted(IMAGE_SUFFIXES))}."
+            )
+        return images
+    if path.exists():
+        return [path]
+    if set(text) & set("*?["):
+        matches = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+        if not matches:
+            raise InputError(
+                f"The pattern `{text}` matches no file.", "Check the pattern (quote it in the shell)."
+            )
+        return matches
+    raise InputError(f"Input `{text}` does not exist.", "Pass image files, folders, globs or @list.txt.")
+
+
+def _check_image(path: Path) -> None:
+    from PIL import Image, UnidentifiedImageError
+
+    if not path.is_file():
+        raise InputError(f"Input `{path}` does not exist.", "Fix the path (in @list files, one path a line).")
+    try:
+        with Image.open(path) as image:
+            image.verify()
+    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+        raise InputError(
+            f"`{path}` is not an image hookdump can read: {exc}", "Pass JPEG, PNG, ... files."
+        ) from exc
+
+
+def data_config(model: nn.Module, input_size: tuple[int, int, int] | None) -> dict[str, Any]:
+    """timm's eval data config for this model, with ``--input-size`` applied."""
+    from timm.data import resolve_data_config
+
+    config: dict[str, Any] = dict(resolve_data_config({}, model=model))
+    if input_size is not None:
+        config["input_size"] = tuple(input_size)
+    return config
+
+
+def eval_transform(config: dict[str, Any]) -> Callable[[Any], torch.Tensor]:
+    """The model's own eval transform (resize, center crop, normalize)."""
+    from timm.data import create_transform
+
+    return create_transform(**config, is_training=False)  # type: ignore[no-any-return]
+
+
+def batches(
+    paths: list[Path], config: dict[str, Any], batch_size: int
+) -> Iterator[tuple[list[Path], torch.Tensor]]:
+    """Load, transform and stack images ``batch_size`` at a time."""
+    from PIL import Image
+
+    transform = eval_transform(config)
+    mode = "L" if config["input_size"][0] == 1 else "RGB"
+    for start in range(0, len(paths), batch_size):
+        chunk = paths[start : start + batch_size]
+        tensors = []
+        for path in chunk:
+            try:
+                with Image.open(path) as image:
+                    tensors.append(transform(image.convert(mode)))
+            except OSError as exc:
+                raise InputError(
+                    f"Could not decode `{path}`: {exc}", "Check that the file is a whole image."
+                ) from exc
+        yield chunk, torch.stack(tensors)
+
+
+def random_batch(config: dict[str, Any], seed: int) -> torch.Tensor:
+    """One seeded standard-normal input of the model's input size."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn((1, *config["input_size"]), generator=generator)
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

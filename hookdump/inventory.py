@@ -1,0 +1,155 @@
+"""One traced forward pass that says, for every module: class, parameters, calls, output shapes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from .outputs import tensor_shapes
+
+
+@dataclass
+class ModuleInfo:
+    """What a hook on one module path would see."""
+
+    name: str
+    type: str
+    params: int
+    container: bool
+    children: list[str]
+    calls: int | None = None
+    output_shapes: list[list[int]] = field(default_factory=list)
+
+    @property
+    def fires(self) -> bool | None:
+        """True when a forward hook here runs; None when no pass was traced."""
+        if self.container:
+            return False
+        return None if self.calls is None else self.calls > 0
+
+    @property
+    def depth(self) -> int:
+        return self.name.count(".") + 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "params": self.params,
+            "calls": self.calls,
+            "fires": self.fires,
+            "container": self.container,
+            "output_shapes": self.output_shapes,
+            "depth": self.depth,
+            "children": self.children,
+        }
+
+
+@dataclass
+class Inventory:
+    """Every module of a model except the root, in ``named_modules()`` order."""
+
+    root_type: str
+    modules: list[ModuleInfo]
+    input_size: tuple[int, ...]
+    traced_on: str | None  # "meta", "cpu", "cuda", or None when no pass was run
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._by_name = {m.name: m for m in self.modules}
+
+    def get(self, name: str) -> ModuleInfo | None:
+        return self._by_name.get(name)
+
+    @property
+    def names(self) -> list[str]:
+        return [m.name for m in self.modules]
+
+    @property
+    def top_level(self) -> list[str]:
+        return [m.name for m in self.modules if "." not in m.name]
+
+
+def is_container(module: nn.Module) -> bool:
+    """A module without its own ``forward`` (ModuleList, ModuleDict, ...) is never called."""
+    return type(module).forward is nn.Module.forward
+
+
+def describe(model: nn.Module, input_size: tuple[int, ...]) -> Inventory:
+    """The static part: names, classes, own parameter counts, containers (no forward run)."""
+    modules = [
+        ModuleInfo(
+            name=name,
+            type=type(module).__name__,
+            params=sum(p.numel() for p in module.parameters(recurse=False)),
+            container=is_container(module),
+            children=[f"{name}.{child}" for child, _ in module.named_children()],
+        )
+        for name, module in model.named_modules()
+        if name
+    ]
+    return Inventory(type(model).__name__, modules, tuple(input_size), None)
+
+
+def trace(model: nn.Module, input_size: tuple[int, ...], device: torch.device | str) -> Inventory:
+    """Run one batch-of-one forward with a hook on every module and count calls and shapes."""
+    inventory = describe(model, input_size)
+    calls = {m.name: 0 for m in inventory.modules}
+    shapes: dict[str, list[list[int]]] = {}
+
+    def make_hook(name: str) -> Callable[[nn.Module, Any, Any], None]:
+        def hook(module: nn.Module, args: Any, output: Any) -> None:
+            calls[name] += 1
+            if name not in shapes:
+                shapes[name] = tensor_shapes(output)
+
+        return hook
+
+    handles = [
+        module.register_forward_hook(make_hook(name)) for name, module in model.named_modules() if name
+    ]
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(torch.zeros((1, *input_size), device=device))
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.train(was_training)
+    for info in inventory.modules:
+        info.calls = calls[info.name]
+        info.output_shapes = shapes.get(info.name, [])
+    inventory.traced_on = torch.device(device).type
+    return inventory
+
+
+def take(
+    build_meta: Callable[[], nn.Module],
+    build_real: Callable[[], nn.Module],
+    input_size: tuple[int, ...],
+    shapes: bool = True,
+) -> Inventory:
+    """Trace on the meta device (no weights); fall back to a real CPU pass, and say so."""
+    try:
+        meta_model = build_meta()
+    except Exception:
+        meta_model = None
+    if not shapes:
+        return describe(meta_model if meta_model is not None else build_real(), input_size)
+    if meta_model is not None:
+        try:
+            return trace(meta_model, input_size, "meta")
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    else:
+        reason = "the model cannot be built on the meta device"
+    real = build_real()
+    device = next((p.device for p in real.parameters()), torch.device("cpu"))
+    inventory = trace(real, input_size, device)
+    inventory.notes.append(f"traced with a real {device.type} pass ({reason[:160]})")
+    return inventory

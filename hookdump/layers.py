@@ -1,0 +1,151 @@
+"""Layer specs (paths, ``[i]`` indexing, globs, ``re:`` regexes, ``@k`` calls) to modules that fire."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import LayerError, UsageError, closest
+from .inventory import Inventory, ModuleInfo
+
+_INDEX = re.compile(r"\[(\d+)\]")
+_CALL = re.compile(r"^(?P<path>.+)@(?P<call>\d+)$")
+_GLOB_CHARS = set("*?[")
+
+
+@dataclass(frozen=True)
+class LayerTarget:
+    """A concrete module path to hook, and which call of it (None: every call)."""
+
+    path: str
+    call: int | None = None
+
+
+def normalize(spec: str) -> str:
+    """``model.pos_block[3].proj[0]`` -> ``pos_block.3.proj.0``."""
+    path = _INDEX.sub(r".\1", spec.strip()).replace("..", ".").strip(".")
+    return path[len("model.") :] if path.startswith("model.") else path
+
+
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """A glob where ``*`` matches within one dotted segment and ``**`` across segments."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if char == "*":
+            out.append(r"[^.]*")
+        elif char == "?":
+            out.append(r"[^.]")
+        elif char == "[":
+            end = pattern.find("]", i)
+            if end == -1:
+                raise UsageError(f"Layer pattern `{pattern}` has an unclosed `[`.", "Close it, or escape it.")
+            out.append(pattern[i : end + 1])
+            i = end + 1
+            continue
+        else:
+            out.append(re.escape(char))
+        i += 1
+    return re.compile("".join(out))
+
+
+def match(spec: str, names: list[str]) -> list[str] | None:
+    """Names a pattern spec matches; None when ``spec`` is a plain path, not a pattern."""
+    if spec.startswith("re:"):
+        try:
+            regex = re.compile(spec[3:])
+        except re.error as exc:
+            raise UsageError(
+                f"Bad regular expression in `{spec}`: {exc}.", "Fix the pattern after `re:`."
+            ) from exc
+        return [n for n in names if regex.search(n)]
+    path = normalize(spec)
+    if not _GLOB_CHARS & set(path):
+        return None
+    regex = glob_regex(path)
+    return [n for n in names if regex.fullmatch(n)]
+
+
+def resolve(specs: list[str], inventory: Inventory, model_label: str) -> list[LayerTarget]:
+    """Turn specs into targets, refusing (with the fix) anything whose hook would never fire."""
+    if not specs:
+        raise UsageError(
+            "No layer given.", f"Pass --layer PATH; `hookdump list-modules {model_label}` shows every path."
+        )
+    targets: dict[str, LayerTarget] = {}
+    for spec in specs:
+        call_match = _CALL.match(spec.strip())
+        body, call = (call_match["path"], int(call_match["call"])) if call_match else (spec, None)
+        for path in _resolve_one(body, inventory, model_label):
+            targets.setdefault(f"{path}@{call}", LayerTarget(path, call))
+    order = {name: i for i, name in enumerate(inventory.names)}
+    return sorted(targets.values(), key=lambda t: (order[t.path], -1 if t.call is None else t.call))
+
+
+def _resolve_one(spec: str, inventory: Inventory, model_label: str) -> list[str]:
+    matched = match(spec, inventory.names)
+    if matched is None:
+        path = normalize(spec)
+        info = inventory.get(path)
+        if info is None:
+            raise _unknown(spec, path, inventory, model_label)
+        _check_fires(info, inventory, model_label)
+        return [path]
+    firing = [n for n in matched if inventory.get(n).fires is not False]  # type: ignore[union-attr]
+    if not firing:
+        what = "only modules that never fire (containers or never called)" if matched else "no module"
+        examples = ", ".join(matched[:5])
+        raise LayerError(
+            f"Layer pattern `{spec}` matches {what} of {model_label}{f': {examples}' if matched else ''}.",
+            f"Run `hookdump list-modules {model_label}` to see the paths that fire.",
+        )
+    return firing
+
+
+def _unknown(spec: str, path: str, inventory: Inventory, model_label: str) -> LayerError:
+    listing = f"Run `hookdump list-modules {model_label}` to see every path."
+    parent, _, leaf = path.rpartition(".")
+    owner = inventory.get(parent)
+    if owner is not None and leaf in {"weight", "bias"} | {"running_mean", "running_var"}:
+        return LayerError(
+            f"`{spec}` is a parameter of {model_label}, not a module: hooks attach to modules.",
+            f"Hook its module instead: --layer {parent}",
+        )
+    near = closest(path, inventory.names)
+    hint = f"Did you mean: {', '.join(near)}? {listing}" if near else listing
+    return LayerError(f"`{spec}` is not a module of {model_label}.", hint)
+
+
+def _check_fires(info: ModuleInfo, inventory: Inventory, model_label: str) -> None:
+    if info.container:
+        children = info.children
+        example = _first_firing_leaf(children[-1], inventory) if children else None
+        shown = ", ".join(children[:8]) + (", ..." if len(children) > 8 else "")
+        hint = f"Hook one of its children instead: {shown}" if children else "It has no children to hook."
+        if example:
+            hint += f" (e.g. --layer {example})"
+        raise LayerError(
+            f"`{info.name}` is a {info.type}: containers are never called in forward, so a hook on it"
+            " never fires.",
+            hint + ".",
+        )
+    if info.fires is False:
+        raise LayerError(
+            f"`{info.name}` ({info.type}) is never called in the forward pass of {model_label},"
+            " so a hook on it never fires.",
+            f"`hookdump list-modules {model_label}` marks the modules that never run; hook one that does.",
+        )
+
+
+def _first_firing_leaf(name: str, inventory: Inventory) -> str | None:
+    """The first module under ``name`` (itself included) that fires and has no children."""
+    prefix = name + "."
+    for info in inventory.modules:
+        if (info.name == name or info.name.startswith(prefix)) and not info.children and info.fires:
+            return info.name
+    return None

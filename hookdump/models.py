@@ -1,0 +1,254 @@
+"""From a model name (timm name, Twins alias or plugin) plus weights to an ``nn.Module``."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import InputError, UsageError, did_you_mean
+
+DEFAULT_MODEL = "alt_gvt_large"
+
+#: The original Twins repository registered these names; timm ships the same architectures.
+ALIASES = {
+    "alt_gvt_small": "twins_svt_small",
+    "alt_gvt_base": "twins_svt_base",
+    "alt_gvt_large": "twins_svt_large",
+    "pcpvt_small": "twins_pcpvt_small",
+    "pcpvt_base": "twins_pcpvt_base",
+    "pcpvt_large": "twins_pcpvt_large",
+}
+
+CHECKPOINT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model to build and with which weights; shared by every command."""
+
+    name: str = DEFAULT_MODEL
+    imports: tuple[str, ...] = ()
+    checkpoint: Path | None = None
+    pretrained: bool = False
+    name_given: bool = True
+
+
+@dataclass
+class ResolvedName:
+    """A requested model name and the timm name it builds, with what to tell the user."""
+
+    requested: str
+    timm_name: str
+    notes: list[str] = field(default_factory=list)
+
+
+def import_plugins(specs: tuple[str, ...]) -> None:
+    """Import user modules or ``.py`` files that register models with timm."""
+    for spec in specs:
+        path = Path(spec)
+        try:
+            if spec.endswith(".py") or path.is_file():
+                _import_file(path)
+            else:
+                importlib.import_module(spec)
+        except InputError:
+            raise
+        except BaseException as exc:  # SyntaxError, SystemExit and friends from user code
+            raise InputError(
+                f"Could not import plugin `{spec}`: {type(exc).__name__}: {exc}",
+                "Fix the plugin so that `python -c 'import ...'` works, or drop --import.",
+            ) from exc
+
+
+def _import_file(path: Path) -> None:
+    if not path.is_file():
+        raise InputError(
+            f"Plugin file `{path}` does not exist.", "Pass an existing .py file or a module name."
+        )
+    module_name = f"hookdump_plugin_{path.stem}"
+    if module_name in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(module_name, path.resolve())
+    if spec is None or spec.loader is None:
+        raise InputError(f"Plugin `{path}` cannot be loaded as Python.", "Pass a .py file or a module name.")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    finally:
+        sys.path.remove(str(path.resolve().parent))
+
+
+def resolve_name(spec: ModelSpec) -> ResolvedName:
+    """Import plugins, then map the requested name onto a registered timm model."""
+    import timm
+
+    import_plugins(spec.imports)
+    name = spec.name
+    notes = [] if spec.name_given else [f"no model given: using the default, {DEFAULT_MODEL}"]
+    if name.startswith(("hf-hub:", "hf_hub:", "local-dir:")) or timm.is_model(name):
+        return ResolvedName(name, name, notes)
+    if name in ALIASES:
+        timm_name = ALIASES[name]
+        notes.append(f"model {name} is the Twins repository's name for timm's {timm_name}")
+        return ResolvedName(name, timm_name, notes)
+    choices = sorted(set(timm.list_models()) | set(ALIASES))
+    raise InputError(
+        f"Unknown model `{name}`: timm has no model of that name.",
+        " ".join(
+            s
+            for s in (
+                did_you_mean(name, choices),
+                "`python -c 'import timm; print(timm.list_models(\"*name*\"))'` lists timm's models;"
+                " --import MODULE_OR_FILE adds your own.",
+            )
+            if s
+        ),
+    )
+
+
+def build(timm_name: str, *, pretrained: bool = False, meta: bool = False) -> nn.Module:
+    """Create the model with timm; on the meta device when ``meta`` (no weights allocated)."""
+    import timm
+
+    try:
+        if meta:
+            with torch.device("meta"):
+                return timm.create_model(timm_name)  # type: ignore[no-any-return]
+        return timm.create_model(timm_name, pretrained=pretrained)  # type: ignore[no-any-return]
+    except Exception as exc:
+        if meta:
+            raise
+        if pretrained:
+            raise InputError(
+                f"Could not get the pretrained weights of `{timm_name}`: {type(exc).__name__}: {exc}",
+                "They come from the Hugging Face hub, which this machine cannot reach (or which has no"
+                " weights for this name). Download them once where there is network (they are cached in"
+                " ~/.cache/huggingface) or pass --checkpoint PATH.",
+            ) from exc
+        raise InputError(
+            f"The model builder of `{timm_name}` raised {type(exc).__name__}: {exc}",
+            "If it is a plugin written for an older timm, let its builder accept **kwargs"
+            " (timm passes pretrained_cfg and friends).",
+        ) from exc
+
+
+def read_checkpoint(path: Path) -> dict[str, torch.Tensor]:
+    """Read a state dict from ``.safetensors`` or a ``torch.load``-able file (``weights_only=True``)."""
+    if not path.is_file():
+        raise InputError(
+            f"Checkpoint `{path}` does not exist.", "Pass the path of a .safetensors or .pth file."
+        )
+    if path.suffix not in CHECKPOINT_SUFFIXES:
+        raise InputError(
+            f"Checkpoint `{path}` has an unknown extension `{path.suffix}`.",
+            f"hookdump reads {', '.join(CHECKPOINT_SUFFIXES)}.",
+        )
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            obj: Any = load_file(str(path), device="cpu")
+        else:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise InputError(
+            f"Could not read checkpoint `{path}`: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+            "hookdump loads .pth/.pt/.bin with torch.load(weights_only=True): save a plain state_dict"
+            " (torch.save(model.state_dict(), path)) or a .safetensors file.",
+        ) from exc
+    return _unwrap_state_dict(obj, path)
+
+
+def _unwrap_state_dict(obj: Any, path: Path) -> dict[str, torch.Tensor]:
+    for key in ("state_dict", "model", "model_state_dict", "state_dict_ema"):
+        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
+            obj = obj[key]
+            break
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise InputError(
+            f"Checkpoint `{path}` does not hold a state dict (a mapping of names to tensors).",
+            "Save one with torch.save(model.state_dict(), path).",
+        )
+    if obj and all(k.startswith("module.") for k in obj):
+        obj = {k[len("module.") :]: v for k, v in obj.items()}
+    return dict(obj)
+
+
+def load_checkpoint(model: nn.Module, path: Path, model_name: str) -> None:
+    """Load a checkpoint strictly, with a readable diff of keys and shapes when it does not fit."""
+    state = read_checkpoint(path)
+    own = model.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    shapes = [
+        f"{k}: file {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
+        for k in own
+        if k in state and state[k].shape != own[k].shape
+    ]
+    if missing or unexpected or shapes:
+        lines = [f"Checkpoint `{path}` does not fit {model_name}:"]
+        for title, keys in (
+            ("missing (in the model, not in the file)", missing),
+            ("unexpected (in the file, not in the model)", unexpected),
+            ("shape mismatch", shapes),
+        ):
+            if keys:
+                more = f", ... and {len(keys) - 6} more" if len(keys) > 6 else ""
+                lines.append(f"  {len(keys)} {title}: {', '.join(keys[:6])}{more}")
+        raise InputError(
+            "\n".join(lines),
+            "Pass the --model the checkpoint was trained as (and its number of classes).",
+        )
+    model.load_state_dict(state, strict=True)
+
+
+def resolve_device(spec: str) -> torch.device:
+    """``auto`` picks CUDA when present; ``cuda``/``cuda:N`` must exist."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(spec)
+    except RuntimeError as exc:
+        raise UsageError(f"Unknown device `{spec}`.", "Use auto, cpu, cuda or cuda:N.") from exc
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(
+                f"--device {spec}: CUDA is not available on this machine (torch {torch.__version__}).",
+                "Use --device cpu, or --device auto to use a GPU only when there is one.",
+            )
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise UsageError(
+                f"--device {spec}: this machine has {count} CUDA device(s).",
+                f"Use cuda:0 ... cuda:{count - 1}.",
+            )
+    elif device.type != "cpu":
+        raise UsageError(f"Device `{spec}` is not supported.", "Use auto, cpu, cuda or cuda:N.")
+    return device
+
+
+def load(spec: ModelSpec, timm_name: str, device: torch.device) -> tuple[nn.Module, list[str]]:
+    """Build the real model with its weights on ``device``; return it and what to say about the weights."""
+    if spec.pretrained and spec.checkpoint is not None:
+        raise UsageError("--pretrained and --checkpoint both give weights.", "Pass only one of them.")
+    model = build(timm_name, pretrained=spec.pretrained)
+    if spec.checkpoint is not None:
+        load_checkpoint(model, spec.checkpoint, timm_name)
+        note = f"weights: {spec.checkpoint}"
+    elif spec.pretrained:
+        note = "weights: timm pretrained"
+    else:
+        note = "weights: random init (pass --checkpoint PATH or --pretrained for trained weights)"
+    return model.to(device), [note]

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Set up .venv with the test extra, then lint, type-check and run the whole suite. Extra args go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup_env.sh "[test]"
+export HF_HUB_OFFLINE=1   # nothing may reach for the network in tests
+.venv/bin/ruff check hookdump tests scripts
+.venv/bin/ruff format --check hookdump tests scripts
+.venv/bin/mypy hookdump
+.venv/bin/python -m pytest "$@"
