@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import __version__, inputs, inventory, layers, models, sinks
-from .errors import UsageError
+from . import inputs, inventory, layers, models, sinks
+from .errors import UsageError, check_choice
 from .inputs import InputSpec
-from .inventory import Inventory
+from .inventory import Inventory, ModuleInfo
 from .models import ModelSpec
-from .recorder import Recorder
+from .recorder import Captured, Recorder
 from .sinks import SavedTensor
 
 
@@ -41,6 +43,8 @@ class CaptureResult:
     inputs: list[dict[str, Any]]
     notes: list[str]
     seconds: float
+    stopped_early: bool = False
+    classes: list[int] = field(default_factory=list)
 
 
 def list_modules(
@@ -76,6 +80,30 @@ def _default_input_size(build_meta: Any, build_real: Any) -> tuple[int, int, int
     return c, h, w
 
 
+@dataclass
+class CapturePlan:
+    """What a capture would hook, without running it (``--dry-run``)."""
+
+    tree: ModuleTree
+    targets: list[layers.LayerTarget]
+
+    @property
+    def modules(self) -> list[ModuleInfo]:
+        found = [self.tree.inventory.get(t.path) for t in self.targets]
+        return [m for m in found if m is not None]
+
+
+def plan(
+    layer_specs: list[str] | tuple[str, ...],
+    *,
+    model: ModelSpec | str = models.DEFAULT_MODEL,
+    input_size: tuple[int, int, int] | None = None,
+) -> CapturePlan:
+    """Resolve layer specs against the traced inventory (meta device): what would be hooked."""
+    tree = list_modules(model, input_size=input_size)
+    return CapturePlan(tree, layers.resolve(list(layer_specs), tree.inventory, tree.requested))
+
+
 def capture(
     images: InputSpec | list[str] | tuple[str, ...],
     layer_specs: list[str] | tuple[str, ...],
@@ -84,19 +112,32 @@ def capture(
     out: Path | str = "hookdump-out",
     formats: str | tuple[str, ...] = ("npy",),
     what: str = "output",
+    grad: bool = False,
+    target: int | None = None,
     device: str = "auto",
+    dtype: str = "float32",
+    channels_last: bool = False,
+    save_dtype: str = "float32",
     batch_size: int = 16,
+    early_stop: bool = True,
     overwrite: bool = False,
 ) -> CaptureResult:
-    """Hook ``layer_specs``, run the images through the model in eval mode, write the tensors to ``out``."""
+    """Hook ``layer_specs``, run the images through the model in eval mode, write the tensors to ``out``.
+
+    Args:
+        images: paths (files, folders, globs, ``@list.txt``) or an ``InputSpec``.
+        layer_specs: paths, ``[i]`` indexing, globs, ``re:`` regexes, ``LAYER@k`` for one call.
+        what: ``output``, ``input`` or ``both``.
+        grad: also save the gradient of each captured output, for class ``target`` (default: top class).
+        dtype: compute precision (autocast); ``save_dtype="keep"`` saves tensors in it instead of float32.
+        early_stop: stop the forward pass once every wanted layer has run (never with ``grad``).
+    """
     started = time.perf_counter()
     spec = ModelSpec(model) if isinstance(model, str) else model
     source = images if isinstance(images, InputSpec) else InputSpec(paths=tuple(images))
     out = Path(out)
     fmt = sinks.parse_formats(formats)
-    _check_choice("--what", what, ("output", "input", "both"))
-    if batch_size < 1:
-        raise UsageError(f"--batch-size {batch_size} is not positive.", "Use 1 or more.")
+    _check_options(what, dtype, save_dtype, fmt, batch_size, target)
     sinks.check_out_dir(out, overwrite)
     paths = inputs.collect(source)
     name = models.resolve_name(spec)
@@ -105,19 +146,30 @@ def capture(
     config = inputs.data_config(net, source.input_size)
     found = inventory.take(lambda: models.build(name.timm_name, meta=True), lambda: net, config["input_size"])
     targets = layers.resolve(list(layer_specs), found, name.requested)
-    was_training = net.training
-    try:
-        net.eval()
-        with Recorder(net, targets, what) as recorder, torch.inference_mode():
-            if source.random:
-                recorder.run(inputs.random_batch(config, source.seed).to(torch_device), name.requested)
-            for _, batch in inputs.batches(paths, config, batch_size):
-                recorder.run(batch.to(torch_device), name.requested)
-    finally:
-        net.train(was_training)
-    input_records = _input_records(paths, source, config)
-    header = _manifest_header(spec, name, str(torch_device), config, input_records)
-    saved = sinks.write(out, recorder.results(), fmt, header)
+    calls = {m.name: m.calls or 1 for m in found.modules}
+    recorder = Recorder(net, targets, what, grad=grad, expected_calls=calls if early_stop else None)
+    if source.random:
+        batches: Iterable[torch.Tensor] = [inputs.random_batch(config, source.seed)]
+    else:
+        batches = (batch for _, batch in inputs.batches(paths, config, batch_size))
+    run = _Run(torch_device, _DTYPES[dtype], channels_last, grad, target)
+    classes = _forward(net, recorder, batches, run, name.requested)
+    records = _input_records(paths, source, config)
+    header = sinks.manifest_header(
+        spec, name, str(torch_device), dtype, config, records,
+        extra={
+            "save_dtype": save_dtype,
+            "channels_last": channels_last,
+            "stopped_early": recorder.stopped_early,
+            "grad": {"target": "top" if target is None else target, "classes": classes} if grad else None,
+            "values": [
+                {"layer": k[0], "kind": k[1], "index": k[2], "call": k[3], "value": v}
+                for k, v in recorder.other.items()
+            ],
+        },
+    )  # fmt: skip
+    results = recorder.results()
+    saved = sinks.write(out, results, fmt, header, save_dtype)
     return CaptureResult(
         out=out,
         manifest=out / sinks.MANIFEST,
@@ -125,17 +177,93 @@ def capture(
         timm_name=name.timm_name,
         device=str(torch_device),
         tensors=saved,
-        inputs=input_records,
-        notes=name.notes + notes + found.notes,
+        inputs=records,
+        notes=name.notes + notes + found.notes + _capture_notes(recorder, results),
         seconds=time.perf_counter() - started,
+        stopped_early=recorder.stopped_early,
+        classes=classes,
     )
 
 
-def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise UsageError(
-            f"{option} `{value}` is not one of {', '.join(choices)}.", f"Use {option} {choices[0]}."
-        )
+_DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class _Run:
+    device: torch.device
+    autocast: torch.dtype | None
+    channels_last: bool
+    grad: bool
+    target: int | None
+
+
+def _forward(
+    net: torch.nn.Module, recorder: Recorder, batches: Iterable[torch.Tensor], run: _Run, label: str
+) -> list[int]:
+    """Every batch through the model in eval mode; mode and requires_grad restored whatever happens.
+
+    Without grad the pass runs under ``no_grad`` (not ``inference_mode``: its tensors keep the version
+    counter that tells when a captured tensor is changed in place later). With grad the parameters are
+    frozen and the input requires grad, so only the activations' gradients are computed.
+    """
+    was_training = net.training
+    params = [(p, p.requires_grad) for p in net.parameters()]
+    precision = torch.autocast(run.device.type, run.autocast) if run.autocast else contextlib.nullcontext()
+    classes: list[int] = []
+    try:
+        net.eval()
+        if run.channels_last:
+            net.to(memory_format=torch.channels_last)
+        for p, _ in params:
+            p.requires_grad_(False)
+        with recorder, precision, torch.set_grad_enabled(run.grad):
+            for batch in batches:
+                batch = batch.to(run.device)
+                if run.channels_last and batch.dim() == 4:
+                    batch = batch.contiguous(memory_format=torch.channels_last)
+                classes += recorder.run(batch.requires_grad_(run.grad), label, run.target)
+    finally:
+        net.train(was_training)
+        for p, requires_grad in params:
+            p.requires_grad_(requires_grad)
+    return classes
+
+
+def _capture_notes(recorder: Recorder, results: list[Captured]) -> list[str]:
+    notes = [
+        f"{path} runs {n} times per forward: one file per call ({path}@0 ... {path}@{n - 1});"
+        f" --layer {path}@1 picks one"
+        for path, n in recorder.calls_per_forward.items()
+        if n > 1 and recorder.selected[path] is None
+    ]
+    notes += [
+        f"{c.stem} ({c.kind}) was changed in place later in the forward pass; hookdump saved it as it was"
+        " at hook time (a hook that keeps a reference would have saved the changed values)"
+        for c in results
+        if c.modified_in_place
+    ]
+    if recorder.grad:
+        with_grad = {(c.layer, c.index, c.call) for c in results if c.kind == "grad"}
+        notes += [
+            f"no gradient reached {c.stem}: it does not affect the target score"
+            for c in results
+            if c.kind == "output" and (c.layer, c.index, c.call) not in with_grad
+        ]
+    if recorder.stopped_early:
+        notes.append("stopped the forward pass once every wanted layer had run (--no-early-stop runs it all)")
+    return notes
+
+
+def _check_options(
+    what: str, dtype: str, save_dtype: str, formats: tuple[str, ...], batch_size: int, target: int | None
+) -> None:
+    check_choice("--what", what, ("output", "input", "both"))
+    check_choice("--dtype", dtype, tuple(_DTYPES))
+    sinks.check_save_dtype(save_dtype, formats, {torch.bfloat16} if dtype == "bfloat16" else set())
+    if batch_size < 1:
+        raise UsageError(f"--batch-size {batch_size} is not positive.", "Use 1 or more.")
+    if target is not None and target < 0:
+        raise UsageError(f"--target {target} is negative.", "Give a class index, 0 or more.")
 
 
 def _input_records(paths: list[Path], source: InputSpec, config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -145,35 +273,3 @@ def _input_records(paths: list[Path], source: InputSpec, config: dict[str, Any])
         {"path": str(p), "sha256": inputs.sha256(p), **({"sample": True} if source.sample else {})}
         for p in paths
     ]
-
-
-def _manifest_header(
-    spec: ModelSpec,
-    name: models.ResolvedName,
-    device: str,
-    config: dict[str, Any],
-    records: list[dict[str, Any]],
-) -> dict[str, Any]:
-    import timm
-
-    return {
-        "hookdump_version": __version__,
-        "torch_version": torch.__version__,
-        "timm_version": timm.__version__,
-        "model": {
-            "requested": name.requested,
-            "timm_name": name.timm_name,
-            "checkpoint": str(spec.checkpoint) if spec.checkpoint else None,
-            "pretrained": spec.pretrained,
-        },
-        "device": device,
-        "dtype": "float32",
-        "transform": {
-            "input_size": list(config["input_size"]),
-            "mean": list(config["mean"]),
-            "std": list(config["std"]),
-            "interpolation": config["interpolation"],
-            "crop_pct": config["crop_pct"],
-        },
-        "inputs": records,
-    }

@@ -129,7 +129,9 @@ def capture(
     layer: Annotated[
         list[str] | None,
         typer.Option(
-            "--layer", "-l", help="Layer path (pos_block.3.proj.0 or pos_block[3].proj[0]). Repeatable."
+            "--layer",
+            "-l",
+            help="pos_block.3.proj.0, pos_block[3].proj[0], blocks.*.*.attn, re:REGEX, LAYER@k.",
         ),
     ] = None,
     model: ModelOpt = None,
@@ -145,8 +147,19 @@ def capture(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("hookdump-out"),
     fmt: Annotated[str, typer.Option("--format", help="npy, pt, safetensors; comma-separated.")] = "npy",
     what: Annotated[str, typer.Option(help="output, input or both.")] = "output",
+    grad: Annotated[bool, typer.Option("--grad", help="Also save gradients of the outputs.")] = False,
+    target: Annotated[int | None, typer.Option(help="Class for --grad (default: top class).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16 (autocast).")] = "float32",
+    channels_last: Annotated[
+        bool, typer.Option("--channels-last", help="channels_last memory format.")
+    ] = False,
+    save_dtype: Annotated[str, typer.Option(help="float32, or keep (as computed).")] = "float32",
     batch_size: Annotated[int, typer.Option(help="Images per forward pass.")] = 16,
+    early_stop: Annotated[
+        bool, typer.Option(" /--no-early-stop", help="Run the whole forward even when all layers are done.")
+    ] = True,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be hooked and exit.")] = False,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace a capture already in --out.")
     ] = False,
@@ -157,10 +170,16 @@ def capture(
     from . import api, inputs, render
 
     spec = _model_spec(model, imports, checkpoint=checkpoint, pretrained=pretrained)
+    if dry_run:
+        found = api.plan(layer or [], model=spec, input_size=_input_size(input_size))
+        render.notes(found.tree.notes)
+        typer.echo(render.as_json([m.as_dict() for m in found.modules]) if json_out else render.plan(found))
+        return
     source = inputs.InputSpec(tuple(images or ()), sample, random_input, seed, _input_size(input_size))
     result = api.capture(
-        source, layer or [], model=spec, out=out, formats=fmt, what=what, device=device,
-        batch_size=batch_size, overwrite=overwrite,
+        source, layer or [], model=spec, out=out, formats=fmt, what=what, grad=grad, target=target,
+        device=device, dtype=dtype, channels_last=channels_last, save_dtype=save_dtype,
+        batch_size=batch_size, early_stop=early_stop, overwrite=overwrite,
     )  # fmt: skip
     if json_out:
         typer.echo(result.manifest.read_text().rstrip())

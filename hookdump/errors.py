@@ -53,3 +53,11 @@ def did_you_mean(word: str, choices: list[str], n: int = 5) -> str:
     """'Did you mean: a, b?' or an empty string when nothing is close."""
     found = closest(word, choices, n)
     return f"Did you mean: {', '.join(found)}?" if found else ""
+
+
+def check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
+    """A UsageError unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise UsageError(
+            f"{option} `{value}` is not one of {', '.join(choices)}.", f"Use {option} {choices[0]}."
+        )

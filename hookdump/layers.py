@@ -97,14 +97,19 @@ def _resolve_one(spec: str, inventory: Inventory, model_label: str) -> list[str]
         _check_fires(info, inventory, model_label)
         return [path]
     firing = [n for n in matched if inventory.get(n).fires is not False]  # type: ignore[union-attr]
-    if not firing:
-        what = "only modules that never fire (containers or never called)" if matched else "no module"
-        examples = ", ".join(matched[:5])
+    if firing:
+        return firing
+    listing = f"Run `hookdump list-modules {model_label} --filter '{spec}'` to see what it matches."
+    if matched:
         raise LayerError(
-            f"Layer pattern `{spec}` matches {what} of {model_label}{f': {examples}' if matched else ''}.",
-            f"Run `hookdump list-modules {model_label}` to see the paths that fire.",
+            f"Layer pattern `{spec}` matches only modules that never fire (containers or never called)"
+            f" in {model_label}: {', '.join(matched[:5])}{', ...' if len(matched) > 5 else ''}.",
+            f"Match their children instead (e.g. `{spec}.*`). {listing}",
         )
-    return firing
+    probe = re.sub(r"\*+|\?", "0", normalize(spec.removeprefix("re:")))
+    near = [n for n in closest(probe, inventory.names) if inventory.get(n).fires]  # type: ignore[union-attr]
+    hint = f"Close paths: {', '.join(near)}. " if near else ""
+    raise LayerError(f"Layer pattern `{spec}` matches no module of {model_label}.", hint + listing)
 
 
 def _unknown(spec: str, path: str, inventory: Inventory, model_label: str) -> LayerError:

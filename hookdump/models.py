@@ -125,8 +125,9 @@ def build(timm_name: str, *, pretrained: bool = False, meta: bool = False) -> nn
     try:
         if meta:
             with torch.device("meta"):
-                return timm.create_model(timm_name)  # type: ignore[no-any-return]
-        return timm.create_model(timm_name, pretrained=pretrained)  # type: ignore[no-any-return]
+                model = timm.create_model(timm_name)
+        else:
+            model = timm.create_model(timm_name, pretrained=pretrained)
     except Exception as exc:
         if meta:
             raise
@@ -142,6 +143,28 @@ def build(timm_name: str, *, pretrained: bool = False, meta: bool = False) -> nn
             "If it is a plugin written for an older timm, let its builder accept **kwargs"
             " (timm passes pretrained_cfg and friends).",
         ) from exc
+    check_hookable(model, timm_name)
+    return model  # type: ignore[no-any-return]
+
+
+def check_hookable(model: object, name: str) -> None:
+    """Refuse models whose module hooks would never run: scripted, compiled, exported."""
+    if isinstance(model, torch.jit.ScriptModule):
+        kind, fix = (
+            "a TorchScript module",
+            "return the eager nn.Module, before torch.jit.script/trace",
+        )
+    elif isinstance(model, nn.Module) and hasattr(model, "_orig_mod"):
+        kind, fix = "a torch.compile'd module", "return the module before torch.compile (model._orig_mod)"
+    elif not isinstance(model, nn.Module):
+        kind, fix = f"a {type(model).__name__}, not an nn.Module", "return an eager nn.Module"
+    else:
+        return
+    raise InputError(
+        f"Model `{name}` is {kind}: forward hooks on its submodules would be skipped, so nothing would be"
+        " captured.",
+        f"Let the model builder {fix}.",
+    )
 
 
 def read_checkpoint(path: Path) -> dict[str, torch.Tensor]:

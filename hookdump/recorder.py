@@ -1,7 +1,8 @@
-"""Forward hooks that copy what they see at hook time, per call, per tuple element, per batch."""
+"""Hooks that copy what they see at hook time: per call, per output element, inputs, gradients."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -10,11 +11,12 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from .errors import LayerError
+from .errors import LayerError, UsageError
+from .inventory import is_container
 from .layers import LayerTarget
 from .outputs import leaves
 
-Key = tuple[str, str, "str | None", int]  # layer, kind, index, call
+Key = tuple[str, str, "str | None", int]  # layer, kind ("output" / "input"), index, call
 
 
 @dataclass
@@ -22,11 +24,12 @@ class Captured:
     """One captured tensor, batch dimension first, on the CPU."""
 
     layer: str
-    kind: str  # "output" or "input"
+    kind: str  # "output", "input" or "grad" (of an output)
     index: str | None
     call: int
     calls_per_forward: int
     tensor: torch.Tensor
+    modified_in_place: bool = False
 
     @property
     def stem(self) -> str:
@@ -34,26 +37,67 @@ class Captured:
         name = self.layer if self.calls_per_forward == 1 else f"{self.layer}@{self.call}"
         if self.kind == "input":
             return f"{name}.in{self.index}"
-        return name if self.index is None else f"{name}.out{self.index}"
+        name = name if self.index is None else f"{name}.out{self.index}"
+        return f"{name}.grad" if self.kind == "grad" else name
+
+
+def _caller(path: str, modules: dict[str, nn.Module]) -> str:
+    """The nearest ancestor of ``path`` whose own forward does work ("" for the root)."""
+    parts = path.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:end])
+        forward = type(modules[name]).forward
+        if not is_container(modules[name]) and forward is not nn.Sequential.forward:
+            return name
+    return ""
+
+
+class _EarlyStop(Exception):
+    """Raised from a hook once everything wanted has been captured."""
 
 
 class Recorder:
-    """Attach hooks on enter, remove every one on exit, whatever happened in between."""
+    """Attach hooks on enter, remove every one on exit, whatever happened in between.
 
-    def __init__(self, model: nn.Module, targets: list[LayerTarget], what: str = "output") -> None:
+    Args:
+        model: the module to hook.
+        targets: resolved layer targets.
+        what: "output", "input" or "both".
+        grad: also keep the gradient of every captured output (tensor hooks, which survive in-place ops).
+        expected_calls: calls per forward from the inventory; with it (and no grad) the forward stops early,
+            when the parent of the last wanted module returns (so an in-place op there is still seen).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        targets: list[LayerTarget],
+        what: str = "output",
+        grad: bool = False,
+        expected_calls: dict[str, int] | None = None,
+    ) -> None:
         self.model = model
         self.what = what
+        self.grad = grad
         self.selected: dict[str, set[int] | None] = {}
         for target in targets:
             calls = self.selected.get(target.path, set())
             self.selected[target.path] = (
                 None if target.call is None or calls is None else calls | {target.call}
             )
+        self.last_call = self._last_calls(expected_calls) if expected_calls is not None and not grad else None
         self.chunks: dict[Key, list[torch.Tensor]] = {}
         self.other: dict[Key, str] = {}  # non-tensor leaves, as repr
+        self.modified: set[Key] = set()
         self.calls: dict[str, int] = dict.fromkeys(self.selected, 0)
         self.calls_per_forward: dict[str, int] = dict.fromkeys(self.selected, 0)
+        self.stopped_early = False
+        self._live: list[tuple[Key, torch.Tensor, int]] = []
+        self._stop_in_target: set[str] = set()
         self._handles: list[RemovableHandle] = []
+
+    def _last_calls(self, expected: dict[str, int]) -> dict[str, int]:
+        return {p: max(s) if s else expected.get(p, 1) - 1 for p, s in self.selected.items()}
 
     def __enter__(self) -> Recorder:
         modules = dict(self.model.named_modules())
@@ -65,10 +109,26 @@ class Recorder:
                         module.register_forward_pre_hook(self._pre_hook(path), with_kwargs=True)
                     )
                 self._handles.append(module.register_forward_hook(self._hook(path)))
+            for parent in self._stop_parents(modules):
+                self._handles.append(modules[parent].register_forward_hook(self._stop_if_done))
         except BaseException:
             self._remove()
             raise
         return self
+
+    def _stop_parents(self, modules: dict[str, nn.Module]) -> set[str]:
+        """Where the early stop is checked: for each target, the nearest ancestor with a forward of its own
+        (not a ModuleList, not a plain Sequential), so that an in-place op there (PosConv's ``x += ...``)
+        still runs and is seen; the target itself when that ancestor would be the root."""
+        self._stop_in_target = set()
+        parents = set()
+        for path in self.selected if self.last_call is not None else ():
+            owner = _caller(path, modules)
+            if owner:
+                parents.add(owner)
+            else:
+                self._stop_in_target.add(path)
+        return parents
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -84,44 +144,80 @@ class Recorder:
         selected = self.selected[path]
         return selected is None or call in selected
 
-    def _pre_hook(self, path: str) -> Any:
+    def _pre_hook(self, path: str) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             call = self.calls[path]
             if self._wanted(path, call):
-                for i, arg in enumerate(args):
-                    self._keep((path, "input", str(i), call), arg)
-                for name, value in kwargs.items():
-                    self._keep((path, "input", name, call), value)
+                for name, value in [*enumerate(args), *kwargs.items()]:
+                    for index, leaf in leaves(value, str(name)):
+                        self._keep((path, "input", index, call), leaf)
 
         return hook
 
-    def _hook(self, path: str) -> Any:
+    def _hook(self, path: str) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
             call = self.calls[path]
             self.calls[path] += 1
             if self.what in ("output", "both") and self._wanted(path, call):
                 for index, leaf in leaves(output):
                     self._keep((path, "output", index, call), leaf)
+            if path in self._stop_in_target:
+                self._stop_if_done()
 
         return hook
 
-    def _keep(self, key: Key, value: Any) -> None:
-        if isinstance(value, torch.Tensor):
-            # A copy now: later in-place ops in forward (timm's PosConv does `x += ...`) must not reach it.
-            self.chunks.setdefault(key, []).append(value.detach().to("cpu", copy=True))
-        elif key[1] == "input" and key[2] is not None and key[2].isdigit():
-            for index, leaf in leaves(value, key[2]):
-                if isinstance(leaf, torch.Tensor):
-                    self._keep((key[0], key[1], index, key[3]), leaf)
-                else:
-                    self.other[(key[0], key[1], index, key[3])] = repr(leaf)
-        else:
-            self.other[key] = repr(value)
+    def _stop_if_done(self, *hook_args: Any) -> None:
+        if self.last_call is not None and all(self.calls[p] > c for p, c in self.last_call.items()):
+            raise _EarlyStop
 
-    def run(self, batch: torch.Tensor, model_label: str) -> None:
-        """One forward pass; every selected layer (and call) must fire in it."""
+    def _keep(self, key: Key, value: Any) -> None:
+        if not isinstance(value, torch.Tensor):
+            self.other[key] = repr(value)
+            return
+        # A copy now: later in-place ops in forward (timm's PosConv does `x += ...`) must not reach it.
+        self.chunks.setdefault(key, []).append(value.detach().to("cpu", copy=True))
+        self._live.append((key, value, value._version))
+        if self.grad and key[1] == "output" and value.requires_grad:
+            grad_key = (key[0], "grad", key[2], key[3])
+
+            def keep_grad(grad: torch.Tensor) -> None:
+                self.chunks.setdefault(grad_key, []).append(grad.detach().to("cpu", copy=True))
+
+            value.register_hook(keep_grad)  # type: ignore[no-untyped-call]
+
+    def run(self, batch: torch.Tensor, model_label: str, target: int | None = None) -> list[int]:
+        """One forward pass (and backward, with grad); every selected layer (and call) must fire in it.
+
+        Returns the class whose score was differentiated for each image (empty without grad).
+        """
         self.calls = dict.fromkeys(self.selected, 0)
-        self.model(batch)
+        self._live.clear()
+        try:
+            output = self.model(batch)
+        except _EarlyStop:
+            self.stopped_early = True
+            output = None
+        self.modified |= {key for key, live, version in self._live if live._version != version}
+        self._live.clear()
+        self._check_fired(model_label)
+        return self._backward(output, target) if self.grad else []
+
+    def _backward(self, output: Any, target: int | None) -> list[int]:
+        if not isinstance(output, torch.Tensor) or output.dim() != 2:
+            raise LayerError(
+                "--grad needs the model to return class scores of shape (batch, classes).",
+                "Drop --grad for this model, or capture without gradients.",
+            )
+        if target is not None and target >= output.shape[1]:
+            raise UsageError(
+                f"--target {target} is not a class of this model.",
+                f"It scores {output.shape[1]} classes: use 0 ... {output.shape[1] - 1}.",
+            )
+        classes = output.argmax(dim=1) if target is None else torch.full_like(output[:, 0], target).long()
+        output.gather(1, classes[:, None]).sum().backward()  # type: ignore[no-untyped-call]
+        return [int(c) for c in classes]
+
+    def _check_fired(self, model_label: str) -> None:
         for path, selected in self.selected.items():
             count = self.calls[path]
             if count == 0:
@@ -140,6 +236,9 @@ class Recorder:
 
     def results(self) -> list[Captured]:
         """Each captured tensor with its batches concatenated along the first dimension."""
+        order = {path: i for i, path in enumerate(self.selected)}
+        rank = {"input": 0, "output": 1, "grad": 2}
+        keys = sorted(self.chunks, key=lambda k: (order[k[0]], k[3], rank[k[1]]))
         return [
             Captured(
                 layer=path,
@@ -148,6 +247,8 @@ class Recorder:
                 call=call,
                 calls_per_forward=self.calls_per_forward[path],
                 tensor=torch.cat(parts) if parts[0].dim() else torch.stack(parts),
+                modified_in_place=(path, kind, index, call) in self.modified,
             )
-            for (path, kind, index, call), parts in self.chunks.items()
+            for path, kind, index, call in keys
+            for parts in [self.chunks[(path, kind, index, call)]]
         ]

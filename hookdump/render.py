@@ -11,7 +11,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 if TYPE_CHECKING:
-    from .api import CaptureResult, ModuleTree
+    from .api import CapturePlan, CaptureResult, ModuleTree
     from .inventory import ModuleInfo
 
 CONTAINER_MARK = "[container: never called, a hook here never fires; hook a child]"
@@ -87,6 +87,18 @@ def capture_summary(result: CaptureResult) -> str:
     lines = [f"wrote {len(rows)} file(s) to {result.out}/ in {result.seconds:.1f}s on {result.device}:"]
     lines += [f"  {f:<{widths[0]}}  {k:<{widths[1]}}  {sh:<{widths[2]}}  {dt}" for f, k, sh, dt in rows]
     lines.append(f"manifest: {result.manifest}")
+    return "\n".join(lines)
+
+
+def plan(found: CapturePlan) -> str:
+    """``--dry-run``: each module that would be hooked, its class, calls and output shapes."""
+    rows = [
+        (m.name, m.type, f"x{m.calls}" if m.calls and m.calls > 1 else "", shape_text(m.output_shapes))
+        for m in found.modules
+    ]
+    widths = [max([len(r[i]) for r in rows], default=0) for i in range(3)]
+    lines = [f"would hook {len(rows)} module(s) of {found.tree.requested}:"]
+    lines += [f"  {a:<{widths[0]}}  {b:<{widths[1]}}  {c:<{widths[2]}}  {d}".rstrip() for a, b, c, d in rows]
     return "\n".join(lines)
 
 

@@ -13,12 +13,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import __version__
 from .errors import UsageError
+from .models import ModelSpec, ResolvedName
 from .recorder import Captured
 
 FORMATS = ("npy", "pt", "safetensors")
 MANIFEST = "manifest.json"
 SAFETENSORS_FILE = "tensors.safetensors"
+SAVE_DTYPES = ("float32", "keep")
 
 
 @dataclass
@@ -34,6 +37,7 @@ class SavedTensor:
     shape: list[int]
     dtype: str
     source_dtype: str
+    modified_in_place_after_hook: bool = False
     key: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -70,15 +74,36 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _for_saving(tensor: torch.Tensor) -> torch.Tensor:
-    """Float tensors are saved as float32 (numpy has no bfloat16); the manifest keeps the original."""
-    return tensor.float() if tensor.is_floating_point() else tensor
+def check_save_dtype(save_dtype: str, formats: tuple[str, ...], dtypes: set[torch.dtype]) -> None:
+    """``keep`` writes tensors as the model made them; numpy cannot hold bfloat16."""
+    if save_dtype not in SAVE_DTYPES:
+        raise UsageError(
+            f"--save-dtype `{save_dtype}` is not one of {', '.join(SAVE_DTYPES)}.", "Use float32 or keep."
+        )
+    if save_dtype == "keep" and "npy" in formats and torch.bfloat16 in dtypes:
+        raise UsageError(
+            "--save-dtype keep cannot write bfloat16 tensors to .npy: numpy has no bfloat16.",
+            "Use --format pt or --format safetensors (both keep bfloat16), or drop --save-dtype keep"
+            " to save float32.",
+        )
+
+
+def _for_saving(tensor: torch.Tensor, save_dtype: str) -> torch.Tensor:
+    """Float tensors are saved as float32 unless ``keep``; the manifest records the original dtype."""
+    if save_dtype == "keep" or not tensor.is_floating_point():
+        return tensor.contiguous()
+    return tensor.float().contiguous()
 
 
 def write(
-    out: Path, captured: list[Captured], formats: tuple[str, ...], header: dict[str, Any]
+    out: Path,
+    captured: list[Captured],
+    formats: tuple[str, ...],
+    header: dict[str, Any],
+    save_dtype: str = "float32",
 ) -> list[SavedTensor]:
     """Write every file into a scratch folder, move them into ``out``, then write the manifest last."""
+    check_save_dtype(save_dtype, formats, {c.tensor.dtype for c in captured})
     out.mkdir(parents=True, exist_ok=True)
     _remove_previous(out)
     scratch = Path(tempfile.mkdtemp(prefix=".hookdump-partial-", dir=out))
@@ -86,7 +111,7 @@ def write(
         saved: list[SavedTensor] = []
         bundle: dict[str, torch.Tensor] = {}
         for item in captured:
-            tensor = _for_saving(item.tensor).contiguous()
+            tensor = _for_saving(item.tensor, save_dtype)
             for fmt in formats:
                 name = SAFETENSORS_FILE if fmt == "safetensors" else f"{item.stem}.{fmt}"
                 if fmt == "npy":
@@ -106,6 +131,7 @@ def write(
                         shape=list(tensor.shape),
                         dtype=_dtype_name(tensor.dtype),
                         source_dtype=_dtype_name(item.tensor.dtype),
+                        modified_in_place_after_hook=item.modified_in_place,
                         key=item.stem if fmt == "safetensors" else None,
                     )
                 )
@@ -139,3 +165,39 @@ def _remove_previous(out: Path) -> None:
         path = out / name
         if path.parent == out and path.is_file():
             path.unlink()
+
+
+def manifest_header(
+    spec: ModelSpec,
+    name: ResolvedName,
+    device: str,
+    dtype: str,
+    config: dict[str, Any],
+    records: list[dict[str, Any]],
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    """Everything in manifest.json but the tensors: versions, model, device, transform, inputs."""
+    import timm
+
+    return {
+        "hookdump_version": __version__,
+        "torch_version": torch.__version__,
+        "timm_version": timm.__version__,
+        "model": {
+            "requested": name.requested,
+            "timm_name": name.timm_name,
+            "checkpoint": str(spec.checkpoint) if spec.checkpoint else None,
+            "pretrained": spec.pretrained,
+        },
+        "device": device,
+        "dtype": dtype,
+        "transform": {
+            "input_size": list(config["input_size"]),
+            "mean": list(config["mean"]),
+            "std": list(config["std"]),
+            "interpolation": config["interpolation"],
+            "crop_pct": config["crop_pct"],
+        },
+        "inputs": records,
+        **extra,
+    }
