@@ -266,3 +266,18 @@ def test_never_called_module_in_a_plugin(tmp_path: Path) -> None:
         api.capture(InputSpec(random=True, input_size=(3, 8, 8)), ["unused"], model=spec, out=tmp_path / "o")
     with pytest.raises(InputError):
         api.capture(InputSpec(random=True), ["x"], model=api.ModelSpec("nope_net"), out=tmp_path / "o")
+
+
+def test_input_of_an_in_place_relu_is_saved_before_it_changes(resnet, tmp_path: Path) -> None:
+    """timm's ReLU(inplace=True) overwrites its own input: the saved input keeps the negative values."""
+    model, checkpoint = resnet
+    assert model.act1.inplace
+    source = InputSpec(random=True, seed=2, input_size=(3, 64, 64))
+    spec = api.ModelSpec("test_resnet", checkpoint=checkpoint)
+    result = api.capture(source, ["bn1"], model=spec, out=tmp_path / "a")
+    both = api.capture(source, ["act1"], model=spec, out=tmp_path / "b", what="input")
+    bn_out, relu_in = np.load(result.out / "bn1.npy"), np.load(both.out / "act1.in0.npy")
+    assert (relu_in < 0).any()
+    np.testing.assert_array_equal(relu_in, bn_out)
+    entry = _manifest(both.out)["tensors"][0]
+    assert entry["file"] == "act1.in0.npy" and entry["modified_in_place_after_hook"] is True
