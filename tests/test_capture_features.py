@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import timm
 import torch
+from helpers import seeded
 from safetensors.torch import load_file, save_file
 
 from hookdump import api
@@ -142,11 +143,7 @@ def test_reused_module_one_file_per_call_and_call_selection(cli, odd, tmp_path: 
 
 @pytest.fixture(scope="module")
 def resnet(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
-    torch.manual_seed(21)
-    model = timm.create_model("test_resnet").eval()
-    path = tmp_path_factory.mktemp("resnet") / "test_resnet.safetensors"
-    save_file(model.state_dict(), str(path))
-    return model, path
+    return seeded("test_resnet", tmp_path_factory.mktemp("resnet"), seed=21)
 
 
 @pytest.mark.parametrize("target", [None, 7])

@@ -9,11 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import timm
 import torch
-from PIL import Image
+from helpers import hand_hooks, photo_batch, seeded
 from safetensors.torch import save_file
-from timm.data import create_transform, resolve_data_config
 from torchvision.models.feature_extraction import create_feature_extractor
 
 from hookdump import api
@@ -50,52 +48,27 @@ CASES = [
 ]
 
 
-def _seeded(name: str, folder: Path) -> tuple[torch.nn.Module, Path]:
-    torch.manual_seed(1234)
-    model = timm.create_model(name).eval()
-    for module in model.modules():  # non-trivial batch-norm statistics, so eval mode matters
-        if isinstance(module, torch.nn.BatchNorm2d):
-            module.running_mean.uniform_(-0.2, 0.2)
-            module.running_var.uniform_(0.5, 1.5)
-    path = folder / f"{name}.safetensors"
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
-    return model, path
-
-
-def _hand_hooks(model: torch.nn.Module, names: list[str], x: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The hand-written way, done right: a forward hook that clones."""
-    kept: dict[str, torch.Tensor] = {}
-    modules = dict(model.named_modules())
-    handles = [
-        modules[n].register_forward_hook(lambda m, a, o, n=n: kept.__setitem__(n, o.detach().clone()))
-        for n in names
-    ]
-    try:
-        with torch.no_grad():
-            model(x)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return kept
-
-
 @pytest.mark.parametrize(("name", "side", "names", "adapt"), CASES, ids=[c[0] for c in CASES])
 def test_against_hand_hooks_and_forward_intermediates(
     name: str, side: int, names: list[str], adapt: Adapt, tmp_path: Path, chelsea: Path
 ) -> None:
-    model, checkpoint = _seeded(name, tmp_path)
+    model, checkpoint = seeded(name, tmp_path, seed=1234)
+    for module in model.modules():  # non-trivial batch-norm statistics, so eval mode matters
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.2, 0.2)
+            module.running_var.uniform_(0.5, 1.5)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(checkpoint))
     spec = api.ModelSpec(name, checkpoint=checkpoint)
     if side == 224:  # a real photo through the model's own eval transform
         result = api.capture([str(chelsea)], names, model=spec, out=tmp_path / "out")
-        config = resolve_data_config({}, model=model)
-        x = create_transform(**config, is_training=False)(Image.open(chelsea).convert("RGB")).unsqueeze(0)
+        x = photo_batch(model, chelsea)
     else:
         source = InputSpec(random=True, seed=5, input_size=(3, side, side))
         result = api.capture(source, names, model=spec, out=tmp_path / "out")
         x = torch.randn((1, 3, side, side), generator=torch.Generator().manual_seed(5))
     saved = {n: torch.from_numpy(np.load(result.out / f"{n}.npy")) for n in names}
 
-    hand = _hand_hooks(model, names, x)
+    hand, _ = hand_hooks(model, names, x)
     with torch.no_grad():
         intermediates = model.forward_intermediates(x, intermediates_only=True)
     diffs = []

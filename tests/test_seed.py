@@ -7,11 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import timm
 import torch
-from PIL import Image
-from safetensors.torch import save_file
-from timm.data import create_transform, resolve_data_config
+from helpers import hand_hooks, photo_batch, seeded
 
 from hookdump import api
 from hookdump.errors import LayerError
@@ -74,11 +71,7 @@ def test_default_model_capture_writes_the_seed_layer(cli, chelsea: Path, tmp_pat
 
 @pytest.fixture(scope="module")
 def seeded_twins(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
-    torch.manual_seed(7)
-    model = timm.create_model("twins_svt_small").eval()
-    path = tmp_path_factory.mktemp("ckpt") / "twins_small.safetensors"
-    save_file(model.state_dict(), str(path))
-    return model, path
+    return seeded("twins_svt_small", tmp_path_factory.mktemp("ckpt"), seed=7)
 
 
 def test_values_are_copies_taken_before_the_in_place_add(
@@ -96,33 +89,14 @@ def test_values_are_copies_taken_before_the_in_place_add(
     saved = np.load(result.out / "pos_block.1.proj.0.npy")
     attn = torch.load(result.out / "blocks.0.0.attn.pt")
 
-    config = resolve_data_config({}, model=model)
-    x = create_transform(**config, is_training=False)(Image.open(chelsea).convert("RGB")).unsqueeze(0)
-    copies: dict[str, torch.Tensor] = {}
-    references: dict[str, torch.Tensor] = {}
-
-    def keep(name: str):
-        def hook(module, args, output):
-            copies[name] = output.detach().clone()
-            references[name] = output
-
-        return hook
-
-    handles = [
-        model.pos_block[1].proj[0].register_forward_hook(keep("pos")),
-        model.blocks[0][0].attn.register_forward_hook(keep("attn")),
-    ]
-    try:
-        with torch.no_grad():
-            model(x)
-    finally:
-        for handle in handles:
-            handle.remove()
+    copies, references = hand_hooks(
+        model, ["pos_block.1.proj.0", "blocks.0.0.attn"], photo_batch(model, chelsea)
+    )
     assert saved.shape == (1, 128, 28, 28)
-    np.testing.assert_allclose(saved, copies["pos"].numpy(), atol=1e-6, rtol=0)
-    np.testing.assert_allclose(attn.numpy(), copies["attn"].numpy(), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(saved, copies["pos_block.1.proj.0"].numpy(), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(attn.numpy(), copies["blocks.0.0.attn"].numpy(), atol=1e-6, rtol=0)
     # The trap is real: the reference kept by a naive hook was changed by the in-place add.
-    assert not np.allclose(saved, references["pos"].numpy(), atol=1e-3)
+    assert not np.allclose(saved, references["pos_block.1.proj.0"].numpy(), atol=1e-3)
 
 
 def test_api_raises_layer_error_before_writing(tmp_path: Path, chelsea: Path) -> None:

@@ -1,0 +1,51 @@
+"""Independent oracles and seeded models shared by the tests: nothing here calls hookdump."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import timm
+import torch
+from PIL import Image
+from safetensors.torch import save_file
+from timm.data import create_transform, resolve_data_config
+
+
+def seeded(name: str, folder: Path, seed: int) -> tuple[torch.nn.Module, Path]:
+    """A timm model with seeded random weights (eval mode), and those weights as a safetensors file."""
+    torch.manual_seed(seed)
+    model = timm.create_model(name).eval()
+    path = folder / f"{name}-{seed}.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    return model, path
+
+
+def photo_batch(model: torch.nn.Module, photo: Path) -> torch.Tensor:
+    """A photo through the model's own timm eval transform, as a batch of one."""
+    config = resolve_data_config({}, model=model)
+    return create_transform(**config, is_training=False)(Image.open(photo).convert("RGB")).unsqueeze(0)
+
+
+def hand_hooks(
+    model: torch.nn.Module, names: list[str], x: torch.Tensor
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Hand-written forward hooks: what they clone (right) and what they merely keep (the trap)."""
+    copies: dict[str, torch.Tensor] = {}
+    references: dict[str, torch.Tensor] = {}
+
+    def keep(name: str):
+        def hook(module: torch.nn.Module, args: object, output: torch.Tensor) -> None:
+            copies[name] = output.detach().clone()
+            references[name] = output
+
+        return hook
+
+    modules = dict(model.named_modules())
+    handles = [modules[n].register_forward_hook(keep(n)) for n in names]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return copies, references
