@@ -155,19 +155,8 @@ def capture(
     run = _Run(torch_device, _DTYPES[dtype], channels_last, grad, target)
     classes = _forward(net, recorder, batches, run, name.requested)
     records = _input_records(paths, source, config)
-    header = sinks.manifest_header(
-        spec, name, str(torch_device), dtype, config, records,
-        extra={
-            "save_dtype": save_dtype,
-            "channels_last": channels_last,
-            "stopped_early": recorder.stopped_early,
-            "grad": {"target": "top" if target is None else target, "classes": classes} if grad else None,
-            "values": [
-                {"layer": k[0], "kind": k[1], "index": k[2], "call": k[3], "value": v}
-                for k, v in recorder.other.items()
-            ],
-        },
-    )  # fmt: skip
+    extra = _run_record(recorder, run, save_dtype, classes)
+    header = sinks.manifest_header(spec, name, str(torch_device), dtype, config, records, extra)
     results = recorder.results()
     saved = sinks.write(out, results, fmt, header, save_dtype)
     return CaptureResult(
@@ -227,6 +216,22 @@ def _forward(
         for p, requires_grad in params:
             p.requires_grad_(requires_grad)
     return classes
+
+
+def _run_record(recorder: Recorder, run: _Run, save_dtype: str, classes: list[int]) -> dict[str, Any]:
+    """The manifest keys that describe how this capture ran."""
+    return {
+        "save_dtype": save_dtype,
+        "channels_last": run.channels_last,
+        "stopped_early": recorder.stopped_early,
+        "grad": {"target": "top" if run.target is None else run.target, "classes": classes}
+        if run.grad
+        else None,
+        "values": [
+            {"layer": k[0], "kind": k[1], "index": k[2], "call": k[3], "value": v}
+            for k, v in recorder.other.items()
+        ],
+    }
 
 
 def _capture_notes(recorder: Recorder, results: list[Captured]) -> list[str]:
