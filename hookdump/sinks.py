@@ -63,6 +63,11 @@ def check_out_dir(out: Path, overwrite: bool) -> None:
     """Refuse, before any work, to mix a new capture into a folder that holds one."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out `{out}` is a file, not a folder.", "Choose another --out.")
+    parent = next(p for p in [out, *out.absolute().parents] if p.exists())
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise UsageError(
+            f"--out `{out}` cannot be created: `{parent}` is not a writable folder.", "Choose another --out."
+        )
     if (out / MANIFEST).exists() and not overwrite:
         raise UsageError(
             f"`{out}` already holds a capture ({MANIFEST}).",

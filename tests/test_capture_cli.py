@@ -91,6 +91,14 @@ def test_usage_mistakes(cli, tmp_path: Path, args: tuple[str, ...], code: int, t
     assert "Traceback" not in result.stderr
 
 
+def test_out_under_a_file_is_refused_before_any_work(cli, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    result = cli("capture", *MODEL, "-l", "conv1", "--random-input", "-o", blocker / "sub")
+    assert result.exit_code == 2 and "is not a writable folder" in result.stderr
+    assert "note:" not in result.stderr  # refused before the model was even built
+
+
 def test_existing_capture_needs_overwrite(cli, tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert cli("capture", *MODEL, "-l", "conv1", "-l", "layer1", "--random-input", "-o", out).exit_code == 0
