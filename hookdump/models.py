@@ -124,8 +124,7 @@ def build(timm_name: str, *, pretrained: bool = False, meta: bool = False) -> nn
 
     try:
         if meta:
-            with torch.device("meta"):
-                return timm.create_model(timm_name)  # type: ignore[no-any-return]
+            return _build_meta(timm_name)
         return timm.create_model(timm_name, pretrained=pretrained)  # type: ignore[no-any-return]
     except Exception as exc:
         if meta:
@@ -142,6 +141,20 @@ def build(timm_name: str, *, pretrained: bool = False, meta: bool = False) -> nn
             "If it is a plugin written for an older timm, let its builder accept **kwargs"
             " (timm passes pretrained_cfg and friends).",
         ) from exc
+
+
+def _build_meta(timm_name: str) -> nn.Module:
+    """On meta, without running weight init; again with init if a builder needs the writes."""
+    import timm
+
+    from .meta import SkipValueWrites
+
+    try:
+        with torch.device("meta"), SkipValueWrites():
+            return timm.create_model(timm_name)  # type: ignore[no-any-return]
+    except Exception:
+        with torch.device("meta"):
+            return timm.create_model(timm_name)  # type: ignore[no-any-return]
 
 
 def read_checkpoint(path: Path) -> dict[str, torch.Tensor]:
