@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,12 +22,23 @@ from .sinks import SavedTensor
 
 @dataclass
 class ModuleTree:
-    """Every module of a model, as ``hookdump list-modules`` shows it."""
+    """Every module of a model, as ``hookdump list-modules`` shows it, and the part of it a view selects."""
 
     requested: str
     timm_name: str
     inventory: Inventory
     notes: list[str] = field(default_factory=list)
+    shown: list[str] | None = None  # what --depth / --filter / --leaves selected; None: every module
+    depth: int | None = None
+    flat: bool = False  # --filter / --leaves: the matches as a flat list of full paths, not a tree
+
+    @property
+    def modules(self) -> list[ModuleInfo]:
+        """The selected modules (all of them when no view was asked for), in ``named_modules()`` order."""
+        if self.shown is None:
+            return self.inventory.modules
+        keep = set(self.shown)
+        return [info for info in self.inventory.modules if info.name in keep]
 
 
 @dataclass
@@ -52,26 +63,79 @@ def list_modules(
     *,
     input_size: tuple[int, int, int] | None = None,
     shapes: bool = True,
+    depth: int | None = None,
+    pattern: str | None = None,
+    leaves: bool = False,
 ) -> ModuleTree:
-    """Build the model on the meta device and trace one pass: names, classes, calls, shapes."""
+    """Build the model once on the meta device and trace one pass: names, classes, calls, shapes.
+
+    Args:
+        model: a timm name, Twins alias or ``ModelSpec``.
+        input_size: ``(C, H, W)`` for the traced pass; default: the model's own.
+        shapes: False skips the traced pass (no calls, no shapes).
+        depth: keep modules at most this many dotted segments deep.
+        pattern: keep the modules this ``--layer``-style glob / ``re:`` regex matches; a plain path keeps
+            that module and everything under it.
+        leaves: keep only modules without children.
+    """
+    if depth is not None and depth < 1:
+        raise UsageError(f"--depth {depth} is not positive.", "Use --depth 1 for the top-level modules.")
     spec = ModelSpec(model) if isinstance(model, str) else model
     name = models.resolve_name(spec)
-    holder: dict[str, torch.nn.Module] = {}
-
-    def build_meta() -> torch.nn.Module:
-        holder["model"] = models.build(name.timm_name, meta=True)
-        return holder["model"]
-
-    def build_real() -> torch.nn.Module:
-        holder["model"] = models.build(name.timm_name)
-        return holder["model"]
-
+    build_meta = _once(lambda: models.build(name.timm_name, meta=True))
+    build_real = _once(lambda: models.build(name.timm_name))
     size = input_size or _default_input_size(build_meta, build_real)
     found = inventory.take(build_meta, build_real, size, shapes=shapes)
-    return ModuleTree(name.requested, name.timm_name, found, name.notes + found.notes)
+    shown = select(found, depth, pattern, leaves, name.requested)
+    flat = pattern is not None or leaves
+    return ModuleTree(name.requested, name.timm_name, found, name.notes + found.notes, shown, depth, flat)
 
 
-def _default_input_size(build_meta: Any, build_real: Any) -> tuple[int, int, int]:
+def select(
+    found: Inventory, depth: int | None, pattern: str | None, leaves: bool, model_label: str = "MODEL"
+) -> list[str] | None:
+    """Names a view keeps (None: no view asked for, keep all), in ``named_modules()`` order."""
+    if depth is None and pattern is None and not leaves:
+        return None
+    names = found.names
+    if pattern is not None:
+        matched = layers.match(pattern, names)
+        if matched is None:
+            path = layers.normalize(pattern)
+            if found.get(path) is None:
+                raise layers.unknown_path(pattern, path, found, model_label)
+            matched = [n for n in names if n == path or n.startswith(path + ".")]
+        keep = set(matched)
+        names = [n for n in names if n in keep]
+    if depth is not None:
+        names = [n for n in names if n.count(".") < depth]
+    if leaves:
+        names = [n for n in names if not found.get(n).children]  # type: ignore[union-attr]
+    return names
+
+
+def _once(build: Callable[[], torch.nn.Module]) -> Callable[[], torch.nn.Module]:
+    """``build`` run at most once: later calls return the same model, or raise the same error."""
+    memo: list[torch.nn.Module] = []
+    failed: list[Exception] = []
+
+    def wrapper() -> torch.nn.Module:
+        if failed:
+            raise failed[0]
+        if not memo:
+            try:
+                memo.append(build())
+            except Exception as exc:
+                failed.append(exc)
+                raise
+        return memo[0]
+
+    return wrapper
+
+
+def _default_input_size(
+    build_meta: Callable[[], torch.nn.Module], build_real: Callable[[], torch.nn.Module]
+) -> tuple[int, int, int]:
     try:
         module = build_meta()
     except Exception:

@@ -103,22 +103,27 @@ def list_modules(
     model: ModelOpt = None,
     imports: ImportOpt = None,
     input_size: InputSizeOpt = None,
+    depth: Annotated[int | None, typer.Option(min=1, help="Show modules at most N levels deep.")] = None,
+    pattern: Annotated[
+        str | None,
+        typer.Option("--filter", help="Only paths a --layer glob or re: regex matches; a path: its subtree."),
+    ] = None,
+    leaves: Annotated[bool, typer.Option("--leaves", help="Only modules without children.")] = False,
     no_shapes: Annotated[bool, typer.Option("--no-shapes", help="Skip the traced pass.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Print every module as a tree: the path --layer takes, class, params, shapes; containers marked."""
+    """Every module as a tree: the path --layer takes, class, params, shapes, calls; never-firing marked."""
     from . import api, render
 
     tree = api.list_modules(
-        _model_spec(model_arg or model, imports), input_size=_input_size(input_size), shapes=not no_shapes
-    )
+        _model_spec(model_arg or model, imports), input_size=_input_size(input_size), shapes=not no_shapes,
+        depth=depth, pattern=pattern, leaves=leaves,
+    )  # fmt: skip
     render.notes(tree.notes)
     if json_out:
-        typer.echo(render.as_json([m.as_dict() for m in tree.inventory.modules]))
-        return
-    console = render.console()
-    console.print(render.module_tree(tree))
-    console.print(render.tree_summary(tree), highlight=False)
+        typer.echo(render.as_json([m.as_dict() for m in tree.modules]))
+    else:
+        render.print_tree(tree)
 
 
 @app.command()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,7 +10,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from .meta import FastShapes
 from .outputs import tensor_shapes
+
+CONTAINER_REASON = "container: never called, a hook here never fires; hook a child"
+NEVER_REASON = "never called in forward: a hook here never fires"
 
 
 @dataclass
@@ -35,6 +40,13 @@ class ModuleInfo:
     def depth(self) -> int:
         return self.name.count(".") + 1
 
+    @property
+    def reason(self) -> str | None:
+        """Why a hook here never fires; None when it fires (or when no pass was traced)."""
+        if self.container:
+            return CONTAINER_REASON
+        return NEVER_REASON if self.fires is False else None
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -46,6 +58,7 @@ class ModuleInfo:
             "output_shapes": self.output_shapes,
             "depth": self.depth,
             "children": self.children,
+            "reason": self.reason,
         }
 
 
@@ -113,9 +126,10 @@ def trace(model: nn.Module, input_size: tuple[int, ...], device: torch.device | 
         module.register_forward_hook(make_hook(name)) for name, module in model.named_modules() if name
     ]
     was_training = model.training
+    fast = FastShapes() if torch.device(device).type == "meta" else contextlib.nullcontext()
     try:
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), fast:
             model(torch.zeros((1, *input_size), device=device))
     finally:
         for handle in handles:

@@ -112,6 +112,11 @@ def _resolve_one(spec: str, inventory: Inventory, model_label: str) -> list[str]
     raise LayerError(f"Layer pattern `{spec}` matches no module of {model_label}.", hint + listing)
 
 
+def unknown_path(spec: str, path: str, inventory: Inventory, model_label: str) -> LayerError:
+    """The error for a path that names no module: a parameter's module, or the closest real paths."""
+    return _unknown(spec, path, inventory, model_label)
+
+
 def _unknown(spec: str, path: str, inventory: Inventory, model_label: str) -> LayerError:
     listing = f"Run `hookdump list-modules {model_label}` to see every path."
     parent, _, leaf = path.rpartition(".")

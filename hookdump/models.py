@@ -123,11 +123,7 @@ def build(timm_name: str, *, pretrained: bool = False, meta: bool = False) -> nn
     import timm
 
     try:
-        if meta:
-            with torch.device("meta"):
-                model = timm.create_model(timm_name)
-        else:
-            model = timm.create_model(timm_name, pretrained=pretrained)
+        model = _build_meta(timm_name) if meta else timm.create_model(timm_name, pretrained=pretrained)
     except Exception as exc:
         if meta:
             raise
@@ -144,7 +140,7 @@ def build(timm_name: str, *, pretrained: bool = False, meta: bool = False) -> nn
             " (timm passes pretrained_cfg and friends).",
         ) from exc
     check_hookable(model, timm_name)
-    return model  # type: ignore[no-any-return]
+    return model
 
 
 def check_hookable(model: object, name: str) -> None:
@@ -165,6 +161,20 @@ def check_hookable(model: object, name: str) -> None:
         " captured.",
         f"Let the model builder {fix}.",
     )
+
+
+def _build_meta(timm_name: str) -> nn.Module:
+    """On meta, without running weight init; again with init if a builder needs the writes."""
+    import timm
+
+    from .meta import SkipValueWrites
+
+    try:
+        with torch.device("meta"), SkipValueWrites():
+            return timm.create_model(timm_name)  # type: ignore[no-any-return]
+    except Exception:
+        with torch.device("meta"):
+            return timm.create_model(timm_name)  # type: ignore[no-any-return]
 
 
 def read_checkpoint(path: Path) -> dict[str, torch.Tensor]:

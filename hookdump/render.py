@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any
-
-from rich.console import Console
-from rich.text import Text
-from rich.tree import Tree
 
 if TYPE_CHECKING:
     from .api import CapturePlan, CaptureResult, ModuleTree
     from .inventory import ModuleInfo
 
-CONTAINER_MARK = "[container: never called, a hook here never fires; hook a child]"
-NEVER_MARK = "[never called in forward: a hook here never fires]"
+#: One piece of a line: its text and its rich style ("" for none).
+Piece = tuple[str, str]
+
+PIPE, TEE, LAST, BLANK = "│   ", "├── ", "└── ", "    "
 
 
 def human_count(n: int) -> str:
@@ -30,51 +29,106 @@ def shape_text(shapes: list[list[int]]) -> str:
     return ", ".join("(" + ", ".join(str(d) for d in s) + ")" for s in shapes)
 
 
-def module_label(info: ModuleInfo) -> Text:
-    """One line of the tree: path, class, params, shapes, calls, and why it never fires."""
-    label = Text.assemble((info.name, "bold"), "  ", (info.type, "cyan"))
+def module_label(info: ModuleInfo, hidden: int = 0) -> list[Piece]:
+    """One line: path, class, own params, shapes, calls, modules folded by --depth, why it never fires."""
+    label: list[Piece] = [(info.name, "bold"), ("  ", ""), (info.type, "cyan")]
     if info.params:
-        label.append(f"  {human_count(info.params)} params", "green")
+        label.append((f"  {human_count(info.params)} params", "green"))
     if info.output_shapes:
-        label.append(f"  -> {shape_text(info.output_shapes)}", "magenta")
+        label.append((f"  -> {shape_text(info.output_shapes)}", "magenta"))
     if info.calls is not None and info.calls > 1:
-        label.append(f"  x{info.calls} calls", "yellow")
-    if info.container:
-        label.append(f"  {CONTAINER_MARK}", "bold yellow")
-    elif info.fires is False:
-        label.append(f"  {NEVER_MARK}", "bold red")
+        label.append((f"  x{info.calls} calls", "yellow"))
+    if hidden:
+        label.append((f"  (+{hidden} below)", "dim"))
+    if info.reason:
+        label.append((f"  [{info.reason}]", "bold yellow" if info.container else "bold red"))
     return label
 
 
-def module_tree(tree: ModuleTree) -> Tree:
-    """The model as a rich tree whose labels carry the exact paths ``--layer`` takes."""
+def tree_lines(tree: ModuleTree) -> list[list[Piece]]:
+    """The model as tree lines (a flat list for --filter / --leaves), paths exactly as --layer takes them."""
     inv = tree.inventory
     title = (
         tree.requested if tree.requested == tree.timm_name else f"{tree.requested} (timm {tree.timm_name})"
     )
-    root = Tree(Text.assemble((title, "bold"), "  ", (inv.root_type, "cyan")))
+    lines: list[list[Piece]] = [[(title, "bold"), ("  ", ""), (inv.root_type, "cyan")]]
+    if tree.flat:
+        shown = tree.modules
+        return lines + [
+            [(LAST if i == len(shown) - 1 else TEE, "dim"), *module_label(info)]
+            for i, info in enumerate(shown)
+        ]
+    keep = None if tree.shown is None else set(tree.shown)
+    hidden = _folded_counts(tree)
 
-    def grow(node: Tree, names: list[str]) -> None:
-        for name in names:
+    def grow(names: list[str], prefix: str) -> None:
+        kept = [n for n in names if keep is None or n in keep]
+        for i, name in enumerate(kept):
             info = inv.get(name)
-            if info is not None:
-                grow(node.add(module_label(info)), info.children)
+            assert info is not None
+            last = i == len(kept) - 1
+            lines.append(
+                [(prefix + (LAST if last else TEE), "dim"), *module_label(info, hidden.get(name, 0))]
+            )
+            grow(info.children, prefix + (BLANK if last else PIPE))
 
-    grow(root, inv.top_level)
-    return root
+    grow(inv.top_level, "")
+    return lines
+
+
+def _folded_counts(tree: ModuleTree) -> dict[str, int]:
+    """For --depth N: how many modules sit below each module of depth N."""
+    counts: dict[str, int] = {}
+    if tree.depth is None:
+        return counts
+    for info in tree.inventory.modules:
+        if info.depth > tree.depth:
+            ancestor = ".".join(info.name.split(".")[: tree.depth])
+            counts[ancestor] = counts.get(ancestor, 0) + 1
+    return counts
 
 
 def tree_summary(tree: ModuleTree) -> str:
+    """Modules (shown of all), how many fire, how many never do and why, parameters, input size."""
     inv = tree.inventory
-    fires = sum(1 for m in inv.modules if m.fires)
-    never = sum(1 for m in inv.modules if m.fires is False)
-    params = sum(m.params for m in inv.modules)
-    traced = f"traced on {inv.traced_on}" if inv.traced_on else "not traced"
-    size = "x".join(str(d) for d in inv.input_size)
-    return (
-        f"{len(inv.modules)} modules, {fires} fire, {never} never fire, "
-        f"{human_count(params)} parameters; input {size} ({traced})"
+    shown = tree.modules
+    containers = sum(1 for m in shown if m.container)
+    never_called = sum(1 for m in shown if m.fires is False and not m.container)
+    params = sum(m.params for m in shown)
+    total = sum(m.params for m in inv.modules)
+    head = (
+        f"{len(shown)} modules" if tree.shown is None else f"{len(shown)} shown of {len(inv.modules)} modules"
     )
+    if inv.traced_on:
+        fires = sum(1 for m in shown if m.fires)
+        never = (
+            f"{containers + never_called} never fire ({containers} containers, {never_called} never called)"
+        )
+        state = f"{fires} fire, {never}"
+    else:
+        state = f"{containers} containers (never fire), calls unknown"
+    size = "x".join(str(d) for d in inv.input_size)
+    param_text = f"{human_count(params)} parameters"
+    if tree.shown is not None:
+        param_text += f" (of {human_count(total)})"
+    traced = f"traced on {inv.traced_on}" if inv.traced_on else "not traced: --no-shapes"
+    return f"{head}, {state}, {param_text}; input {size} ({traced})"
+
+
+def print_tree(tree: ModuleTree) -> None:
+    """The tree and its summary on stdout: plain text on a pipe or with NO_COLOR, rich on a terminal."""
+    lines = tree_lines(tree)
+    summary = tree_summary(tree)
+    if not sys.stdout.isatty() or os.environ.get("NO_COLOR"):
+        text = "\n".join("".join(piece for piece, _ in line) for line in lines)
+        sys.stdout.write(f"{text}\n{summary}\n")
+        return
+    from rich.console import Console
+    from rich.text import Text
+
+    out = Console()
+    out.print(Text("\n").join(Text.assemble(*line) for line in lines), soft_wrap=True)
+    out.print(summary, highlight=False)
 
 
 def capture_summary(result: CaptureResult) -> str:
@@ -106,14 +160,6 @@ def notes(lines: list[str]) -> None:
     """Announcements (aliases, default model, random weights) on stderr, so stdout stays data."""
     for line in lines:
         print(f"note: {line}", file=sys.stderr)
-
-
-def console() -> Console:
-    """stdout; lines are never wrapped when it is a pipe, so grep sees whole paths."""
-    import os
-
-    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    return Console(width=10_000 if wide else None)
 
 
 def as_json(data: Any) -> str:
