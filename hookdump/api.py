@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from .inputs import InputSpec
 from .inventory import Inventory, ModuleInfo
 from .models import ModelSpec
 from .recorder import Captured, Recorder
+from .runner import DTYPES, Run, forward_all
 from .sinks import SavedTensor
 
 
@@ -86,32 +86,9 @@ def list_modules(
     build_real = _once(lambda: models.build(name.timm_name))
     size = input_size or _default_input_size(build_meta, build_real)
     found = inventory.take(build_meta, build_real, size, shapes=shapes)
-    shown = select(found, depth, pattern, leaves, name.requested)
+    shown = layers.select(found, depth, pattern, leaves, name.requested)
     flat = pattern is not None or leaves
     return ModuleTree(name.requested, name.timm_name, found, name.notes + found.notes, shown, depth, flat)
-
-
-def select(
-    found: Inventory, depth: int | None, pattern: str | None, leaves: bool, model_label: str = "MODEL"
-) -> list[str] | None:
-    """Names a view keeps (None: no view asked for, keep all), in ``named_modules()`` order."""
-    if depth is None and pattern is None and not leaves:
-        return None
-    names = found.names
-    if pattern is not None:
-        matched = layers.match(pattern, names)
-        if matched is None:
-            path = layers.normalize(pattern)
-            if found.get(path) is None:
-                raise layers.unknown_path(pattern, path, found, model_label)
-            matched = [n for n in names if n == path or n.startswith(path + ".")]
-        keep = set(matched)
-        names = [n for n in names if n in keep]
-    if depth is not None:
-        names = [n for n in names if n.count(".") < depth]
-    if leaves:
-        names = [n for n in names if not found.get(n).children]  # type: ignore[union-attr]
-    return names
 
 
 def _once(build: Callable[[], torch.nn.Module]) -> Callable[[], torch.nn.Module]:
@@ -216,9 +193,9 @@ def capture(
         batches: Iterable[torch.Tensor] = [inputs.random_batch(config, source.seed)]
     else:
         batches = (batch for _, batch in inputs.batches(paths, config, batch_size))
-    run = _Run(torch_device, _DTYPES[dtype], channels_last, grad, target)
-    classes = _forward(net, recorder, batches, run, name.requested)
-    records = _input_records(paths, source, config)
+    run = Run(torch_device, dtype, channels_last, grad, target)
+    classes = forward_all(net, recorder, batches, run, name.requested)
+    records = inputs.records(paths, source, config)
     extra = _run_record(recorder, run, save_dtype, classes)
     header = sinks.manifest_header(spec, name, str(torch_device), dtype, config, records, extra)
     results = recorder.results()
@@ -238,51 +215,7 @@ def capture(
     )
 
 
-_DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass(frozen=True)
-class _Run:
-    device: torch.device
-    autocast: torch.dtype | None
-    channels_last: bool
-    grad: bool
-    target: int | None
-
-
-def _forward(
-    net: torch.nn.Module, recorder: Recorder, batches: Iterable[torch.Tensor], run: _Run, label: str
-) -> list[int]:
-    """Every batch through the model in eval mode; mode and requires_grad restored whatever happens.
-
-    Without grad the pass runs under ``no_grad`` (not ``inference_mode``: its tensors keep the version
-    counter that tells when a captured tensor is changed in place later). With grad the parameters are
-    frozen and the input requires grad, so only the activations' gradients are computed.
-    """
-    was_training = net.training
-    params = [(p, p.requires_grad) for p in net.parameters()]
-    precision = torch.autocast(run.device.type, run.autocast) if run.autocast else contextlib.nullcontext()
-    classes: list[int] = []
-    try:
-        net.eval()
-        if run.channels_last:
-            net.to(memory_format=torch.channels_last)
-        for p, _ in params:
-            p.requires_grad_(False)
-        with recorder, precision, torch.set_grad_enabled(run.grad):
-            for batch in batches:
-                batch = batch.to(run.device)
-                if run.channels_last and batch.dim() == 4:
-                    batch = batch.contiguous(memory_format=torch.channels_last)
-                classes += recorder.run(batch.requires_grad_(run.grad), label, run.target)
-    finally:
-        net.train(was_training)
-        for p, requires_grad in params:
-            p.requires_grad_(requires_grad)
-    return classes
-
-
-def _run_record(recorder: Recorder, run: _Run, save_dtype: str, classes: list[int]) -> dict[str, Any]:
+def _run_record(recorder: Recorder, run: Run, save_dtype: str, classes: list[int]) -> dict[str, Any]:
     """The manifest keys that describe how this capture ran."""
     return {
         "save_dtype": save_dtype,
@@ -327,18 +260,9 @@ def _check_options(
     what: str, dtype: str, save_dtype: str, formats: tuple[str, ...], batch_size: int, target: int | None
 ) -> None:
     check_choice("--what", what, ("output", "input", "both"))
-    check_choice("--dtype", dtype, tuple(_DTYPES))
+    check_choice("--dtype", dtype, tuple(DTYPES))
     sinks.check_save_dtype(save_dtype, formats, {torch.bfloat16} if dtype == "bfloat16" else set())
     if batch_size < 1:
         raise UsageError(f"--batch-size {batch_size} is not positive.", "Use 1 or more.")
     if target is not None and target < 0:
         raise UsageError(f"--target {target} is negative.", "Give a class index, 0 or more.")
-
-
-def _input_records(paths: list[Path], source: InputSpec, config: dict[str, Any]) -> list[dict[str, Any]]:
-    if source.random:
-        return [{"random": True, "seed": source.seed, "shape": [1, *config["input_size"]]}]
-    return [
-        {"path": str(p), "sha256": inputs.sha256(p), **({"sample": True} if source.sample else {})}
-        for p in paths
-    ]

@@ -161,3 +161,12 @@ def sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def records(paths: list[Path], source: InputSpec, config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The manifest's ``inputs``: each path with its sha256, or the seeded random input."""
+    if source.random:
+        return [{"random": True, "seed": source.seed, "shape": [1, *config["input_size"]]}]
+    return [
+        {"path": str(p), "sha256": sha256(p), **({"sample": True} if source.sample else {})} for p in paths
+    ]

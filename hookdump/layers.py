@@ -93,7 +93,7 @@ def _resolve_one(spec: str, inventory: Inventory, model_label: str) -> list[str]
         path = normalize(spec)
         info = inventory.get(path)
         if info is None:
-            raise _unknown(spec, path, inventory, model_label)
+            raise unknown_path(spec, path, inventory, model_label)
         _check_fires(info, inventory, model_label)
         return [path]
     firing = [n for n in matched if inventory.get(n).fires is not False]  # type: ignore[union-attr]
@@ -114,10 +114,6 @@ def _resolve_one(spec: str, inventory: Inventory, model_label: str) -> list[str]
 
 def unknown_path(spec: str, path: str, inventory: Inventory, model_label: str) -> LayerError:
     """The error for a path that names no module: a parameter's module, or the closest real paths."""
-    return _unknown(spec, path, inventory, model_label)
-
-
-def _unknown(spec: str, path: str, inventory: Inventory, model_label: str) -> LayerError:
     listing = f"Run `hookdump list-modules {model_label}` to see every path."
     parent, _, leaf = path.rpartition(".")
     owner = inventory.get(parent)
@@ -159,3 +155,26 @@ def _first_firing_leaf(name: str, inventory: Inventory) -> str | None:
         if (info.name == name or info.name.startswith(prefix)) and not info.children and info.fires:
             return info.name
     return None
+
+
+def select(
+    found: Inventory, depth: int | None, pattern: str | None, leaves: bool, model_label: str = "MODEL"
+) -> list[str] | None:
+    """Names a view keeps (None: no view asked for, keep all), in ``named_modules()`` order."""
+    if depth is None and pattern is None and not leaves:
+        return None
+    names = found.names
+    if pattern is not None:
+        matched = match(pattern, names)
+        if matched is None:
+            path = normalize(pattern)
+            if found.get(path) is None:
+                raise unknown_path(pattern, path, found, model_label)
+            matched = [n for n in names if n == path or n.startswith(path + ".")]
+        keep = set(matched)
+        names = [n for n in names if n in keep]
+    if depth is not None:
+        names = [n for n in names if n.count(".") < depth]
+    if leaves:
+        names = [n for n in names if not found.get(n).children]  # type: ignore[union-attr]
+    return names
