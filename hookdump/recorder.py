@@ -52,8 +52,9 @@ def _caller(path: str, modules: dict[str, nn.Module]) -> str:
     return ""
 
 
-class _EarlyStop(Exception):
-    """Raised from a hook once everything wanted has been captured."""
+class _EarlyStop(BaseException):
+    """Raised from a hook once everything wanted has been captured; a BaseException, so that model code
+    with a broad ``except Exception`` fallback cannot swallow it and run on."""
 
 
 class Recorder:

@@ -278,3 +278,12 @@ def test_input_of_an_in_place_relu_is_saved_before_it_changes(resnet, tmp_path: 
     np.testing.assert_array_equal(relu_in, bn_out)
     entry = _manifest(both.out)["tensors"][0]
     assert entry["file"] == "act1.in0.npy" and entry["modified_in_place_after_hook"] is True
+
+
+def test_early_stop_is_not_swallowed_by_model_code(tmp_path: Path) -> None:
+    """`except Exception` in forward must not turn the early stop into a silent fallback path."""
+    spec = api.ModelSpec("forgiving_net", imports=(str(PLUGINS / "odd_plugin.py"),))
+    source = InputSpec(random=True, input_size=(3, 8, 8))
+    result = api.capture(source, ["block.0"], model=spec, out=tmp_path / "o")
+    assert result.stopped_early
+    assert [t.file for t in result.tensors] == ["block.0.npy"]

@@ -76,3 +76,25 @@ def scripted_net(pretrained=False, **kwargs):
 @register_model
 def compiled_net(pretrained=False, **kwargs):
     return torch.compile(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()))
+
+
+class Forgiving(nn.Module):
+    """Model code with a broad `except Exception` fallback around a block, as some real models have."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU())
+        self.fallback = nn.Conv2d(3, 4, 1)
+        self.head = nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        try:
+            y = self.block(x)
+        except Exception:
+            y = self.fallback(x)
+        return self.head(y)
+
+
+@register_model
+def forgiving_net(pretrained=False, **kwargs):
+    return Forgiving()
