@@ -205,12 +205,13 @@ def capture(
     else:
         batches = (batch for _, batch in inputs.batches(paths, config, batch_size))
     run = Run(torch_device, dtype, channels_last, grad, target)
-    classes = forward_all(net, recorder, batches, run, name.requested)
-    records = inputs.records(paths, source, config)
-    extra = _run_record(recorder, run, save_dtype, classes)
-    header = sinks.manifest_header(spec, name, str(torch_device), dtype, config, records, extra)
-    results = recorder.results()
-    saved = sinks.write(out, results, fmt, header, save_dtype)
+    with sinks.Writer(out, fmt, save_dtype) as writer:
+        classes = forward_all(net, recorder, batches, run, name.requested, writer.append)
+        records = inputs.records(paths, source, config)
+        extra = _run_record(recorder, run, save_dtype, classes)
+        header = sinks.manifest_header(spec, name, str(torch_device), dtype, config, records, extra)
+        results = recorder.entries()
+        saved = writer.commit(results, header)
     return CaptureResult(
         out=out,
         manifest=out / sinks.MANIFEST,

@@ -21,15 +21,18 @@ Key = tuple[str, str, "str | None", int]  # layer, kind ("output" / "input"), in
 
 @dataclass
 class Captured:
-    """One captured tensor, batch dimension first, on the CPU."""
+    """One captured tensor (its batches are streamed to disk by ``sinks.Writer``)."""
 
     layer: str
     kind: str  # "output", "input" or "grad" (of an output)
     index: str | None
     call: int
     calls_per_forward: int
-    tensor: torch.Tensor
     modified_in_place: bool = False
+
+    @property
+    def key(self) -> Key:
+        return (self.layer, self.kind, self.index, self.call)
 
     @property
     def stem(self) -> str:
@@ -87,7 +90,8 @@ class Recorder:
                 None if target.call is None or calls is None else calls | {target.call}
             )
         self.last_call = self._last_calls(expected_calls) if expected_calls is not None and not grad else None
-        self.chunks: dict[Key, list[torch.Tensor]] = {}
+        self.batch: dict[Key, torch.Tensor] = {}  # this forward pass's copies, until drained
+        self.seen: dict[Key, None] = {}  # every key ever captured, in order
         self.other: dict[Key, str] = {}  # non-tensor leaves, as repr
         self.modified: set[Key] = set()
         self.calls: dict[str, int] = dict.fromkeys(self.selected, 0)
@@ -176,15 +180,24 @@ class Recorder:
             self.other[key] = repr(value)
             return
         # A copy now: later in-place ops in forward (timm's PosConv does `x += ...`) must not reach it.
-        self.chunks.setdefault(key, []).append(value.detach().to("cpu", copy=True))
+        self._store(key, value)
         self._live.append((key, value, value._version))
         if self.grad and key[1] == "output" and value.requires_grad:
             grad_key = (key[0], "grad", key[2], key[3])
 
             def keep_grad(grad: torch.Tensor) -> None:
-                self.chunks.setdefault(grad_key, []).append(grad.detach().to("cpu", copy=True))
+                self._store(grad_key, grad)
 
             value.register_hook(keep_grad)  # type: ignore[no-untyped-call]
+
+    def _store(self, key: Key, tensor: torch.Tensor) -> None:
+        self.batch[key] = tensor.detach().to("cpu", copy=True)
+        self.seen[key] = None
+
+    def drain(self) -> dict[Key, torch.Tensor]:
+        """The copies of the last forward pass (and backward), handed over and forgotten."""
+        batch, self.batch = self.batch, {}
+        return batch
 
     def run(self, batch: torch.Tensor, model_label: str, target: int | None = None) -> list[int]:
         """One forward pass (and backward, with grad); every selected layer (and call) must fire in it.
@@ -235,21 +248,19 @@ class Recorder:
                 )
             self.calls_per_forward[path] = max(self.calls_per_forward[path], count)
 
-    def results(self) -> list[Captured]:
-        """Each captured tensor with its batches concatenated along the first dimension."""
+    def entries(self) -> list[Captured]:
+        """Every captured tensor, ordered by layer, call, then input / output / grad."""
         order = {path: i for i, path in enumerate(self.selected)}
         rank = {"input": 0, "output": 1, "grad": 2}
-        keys = sorted(self.chunks, key=lambda k: (order[k[0]], k[3], rank[k[1]]))
+        keys = sorted(self.seen, key=lambda k: (order[k[0]], k[3], rank[k[1]]))
         return [
             Captured(
-                layer=path,
-                kind=kind,
-                index=index,
-                call=call,
-                calls_per_forward=self.calls_per_forward[path],
-                tensor=torch.cat(parts) if parts[0].dim() else torch.stack(parts),
-                modified_in_place=(path, kind, index, call) in self.modified,
+                path,
+                kind,
+                index,
+                call,
+                self.calls_per_forward[path],
+                (path, kind, index, call) in self.modified,
             )
             for path, kind, index, call in keys
-            for parts in [self.chunks[(path, kind, index, call)]]
         ]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
 
-from .recorder import Recorder
+from .recorder import Key, Recorder
 
 DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -25,7 +25,12 @@ class Run:
 
 
 def forward_all(
-    net: torch.nn.Module, recorder: Recorder, batches: Iterable[torch.Tensor], run: Run, label: str
+    net: torch.nn.Module,
+    recorder: Recorder,
+    batches: Iterable[torch.Tensor],
+    run: Run,
+    label: str,
+    sink: Callable[[dict[Key, torch.Tensor]], None],
 ) -> list[int]:
     """Every batch through the model in eval mode; mode and requires_grad restored whatever happens.
 
@@ -33,6 +38,7 @@ def forward_all(
     counter that tells when a captured tensor is changed in place later). With grad the parameters are
     frozen and the input requires grad, so only the activations' gradients are computed.
 
+    Each batch's copies go to ``sink`` as soon as its pass is done.
     Returns the class whose score was differentiated, per image (empty without grad).
     """
     was_training = net.training
@@ -52,6 +58,7 @@ def forward_all(
                 if run.channels_last and batch.dim() == 4:
                     batch = batch.contiguous(memory_format=torch.channels_last)
                 classes += recorder.run(batch.requires_grad_(run.grad), label, run.target)
+                sink(recorder.drain())
     finally:
         net.train(was_training)
         for p, requires_grad in params:

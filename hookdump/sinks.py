@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from . import __version__
 from .errors import UsageError
 from .models import ModelSpec, ResolvedName
-from .recorder import Captured
+from .recorder import Captured, Key
+from .stream import NpyStream
 
 FORMATS = ("npy", "pt", "safetensors")
 MANIFEST = "manifest.json"
@@ -96,35 +96,57 @@ def check_save_dtype(save_dtype: str, formats: tuple[str, ...], dtypes: set[torc
 def _for_saving(tensor: torch.Tensor, save_dtype: str) -> torch.Tensor:
     """Float tensors are saved as float32 unless ``keep``; the manifest records the original dtype."""
     if save_dtype == "keep" or not tensor.is_floating_point():
-        return tensor.contiguous()
-    return tensor.float().contiguous()
+        return tensor
+    return tensor.float()
 
 
-def write(
-    out: Path,
-    captured: list[Captured],
-    formats: tuple[str, ...],
-    header: dict[str, Any],
-    save_dtype: str = "float32",
-) -> list[SavedTensor]:
-    """Write every file into a scratch folder, move them into ``out``, then write the manifest last."""
-    check_save_dtype(save_dtype, formats, {c.tensor.dtype for c in captured})
-    out.mkdir(parents=True, exist_ok=True)
-    _remove_previous(out)
-    scratch = Path(tempfile.mkdtemp(prefix=".hookdump-partial-", dir=out))
-    try:
+class Writer:
+    """Streams each batch's tensors into a scratch folder inside ``out``; ``commit`` moves the files in
+    place and writes the manifest last. Leaving the ``with`` block without a commit (an error) removes the
+    scratch folder, and ``out`` too when this writer created it: no half-written output."""
+
+    def __init__(self, out: Path, formats: tuple[str, ...], save_dtype: str = "float32") -> None:
+        self.out = out
+        self.formats = formats
+        self.save_dtype = save_dtype
+        self.streams: dict[Key, NpyStream] = {}
+        self.source_dtypes: dict[Key, torch.dtype] = {}
+
+    def __enter__(self) -> Writer:
+        self._created = not self.out.exists()
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.scratch = Path(tempfile.mkdtemp(prefix=".hookdump-partial-", dir=self.out))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for stream in self.streams.values():
+            stream.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        if self._created and self.out.is_dir() and not any(self.out.iterdir()):
+            self.out.rmdir()
+
+    def append(self, batch: dict[Key, torch.Tensor]) -> None:
+        """Add one forward pass's tensors, each to its own stream."""
+        for key, tensor in batch.items():
+            check_save_dtype(self.save_dtype, self.formats, {tensor.dtype})
+            if key not in self.streams:
+                self.streams[key] = NpyStream(self.scratch / f"stream-{len(self.streams)}.npy", key[0])
+                self.source_dtypes[key] = tensor.dtype
+            self.streams[key].append(_for_saving(tensor, self.save_dtype))
+
+    def commit(self, entries: list[Captured], header: dict[str, Any]) -> list[SavedTensor]:
+        """Name the files, write the other formats, move everything into ``out``, manifest last."""
         saved: list[SavedTensor] = []
         bundle: dict[str, torch.Tensor] = {}
-        for item in captured:
-            tensor = _for_saving(item.tensor, save_dtype)
-            for fmt in formats:
+        for item in entries:
+            stream = self.streams[item.key]
+            stream.close()
+            for fmt in self.formats:
                 name = SAFETENSORS_FILE if fmt == "safetensors" else f"{item.stem}.{fmt}"
-                if fmt == "npy":
-                    np.save(scratch / name, tensor.numpy())
-                elif fmt == "pt":
-                    torch.save(tensor, scratch / name)
-                else:
-                    bundle[item.stem] = tensor
+                if fmt == "pt":
+                    torch.save(stream.tensor().clone(), self.scratch / name)
+                elif fmt == "safetensors":
+                    bundle[item.stem] = stream.tensor()
                 saved.append(
                     SavedTensor(
                         layer=item.layer,
@@ -133,26 +155,28 @@ def write(
                         call=item.call,
                         file=name,
                         format=fmt,
-                        shape=list(tensor.shape),
-                        dtype=_dtype_name(tensor.dtype),
-                        source_dtype=_dtype_name(item.tensor.dtype),
+                        shape=stream.shape,
+                        dtype=_dtype_name(stream.dtype or torch.float32),
+                        source_dtype=_dtype_name(self.source_dtypes[item.key]),
                         modified_in_place_after_hook=item.modified_in_place,
                         key=item.stem if fmt == "safetensors" else None,
                     )
                 )
+            if "npy" in self.formats:
+                os.replace(stream.path, self.scratch / f"{item.stem}.npy")
         if bundle:
             from safetensors.torch import save_file
 
-            save_file(bundle, str(scratch / SAFETENSORS_FILE))
-        for path in scratch.iterdir():
-            os.replace(path, out / path.name)
+            save_file(bundle, str(self.scratch / SAFETENSORS_FILE))
+        _remove_previous(self.out)
+        for path in self.scratch.glob("*.*"):
+            if not path.name.startswith("stream-"):
+                os.replace(path, self.out / path.name)
         manifest = {**header, "tensors": [s.as_dict() for s in saved]}
-        tmp = scratch / MANIFEST
+        tmp = self.scratch / MANIFEST
         tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-        os.replace(tmp, out / MANIFEST)
+        os.replace(tmp, self.out / MANIFEST)
         return saved
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _remove_previous(out: Path) -> None:

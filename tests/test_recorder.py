@@ -42,10 +42,10 @@ def test_reused_module_gets_one_tensor_per_call_and_tuple_elements() -> None:
     model = nn.Sequential(shared, nn.ReLU(), shared)
     with Recorder(model, [LayerTarget("0")], what="both") as recorder:
         recorder.run(torch.ones(2, 4), "tiny")
-    stems = sorted(c.stem for c in recorder.results())
+    stems = sorted(c.stem for c in recorder.entries())
     assert stems == ["0@0", "0@0.in0", "0@1", "0@1.in0"]
     pair = nn.Sequential(nn.Identity(), Pair())
     with Recorder(pair, [LayerTarget("1")]) as recorder:
         recorder.run(torch.ones(2, 4), "pair")
-    assert [c.stem for c in recorder.results()] == ["1.out0"]
+    assert [c.stem for c in recorder.entries()] == ["1.out0"]
     assert list(recorder.other.values()) == ["(3, 4)"]

@@ -1,0 +1,72 @@
+"""A ``.npy`` file written batch by batch, so a capture over a whole dataset never holds it in memory.
+
+The header is reserved up front and gets the final shape when the stream closes; the rows (batches
+stacked along the first dimension) are appended as they come.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .errors import LayerError
+
+HEADER_BYTES = 512  # magic, version, length and the padded header dict: a multiple of 64, as numpy wants
+
+
+class NpyStream:
+    """One captured tensor: ``append`` each batch, ``close``, then read it back with ``tensor()``."""
+
+    def __init__(self, path: Path, name: str) -> None:
+        self.path = path
+        self.name = name
+        self.rows = 0
+        self.trailing: tuple[int, ...] | None = None
+        self.dtype: torch.dtype | None = None
+        self._file = path.open("wb")
+        self._file.write(b"\0" * HEADER_BYTES)
+
+    def append(self, tensor: torch.Tensor) -> None:
+        """Add a batch (a 0-d tensor counts as one row)."""
+        rows = tensor.reshape(1) if tensor.dim() == 0 else tensor
+        trailing = tuple(rows.shape[1:])
+        if self.trailing is None:
+            self.trailing, self.dtype = trailing, rows.dtype
+        elif trailing != self.trailing or rows.dtype != self.dtype:
+            raise LayerError(
+                f"`{self.name}` gave {tuple(rows.shape)} {rows.dtype} in one batch and (N,"
+                f" {', '.join(map(str, self.trailing))}) {self.dtype} in another: they cannot be stacked.",
+                "Capture it with --batch-size 1 and inputs of one size, or capture another layer.",
+            )
+        self._file.write(_numpy(rows.contiguous()).data)
+        self._file.flush()  # the batch is on its way to disk, not in a buffer of ours
+        self.rows += rows.shape[0]
+
+    @property
+    def shape(self) -> list[int]:
+        return [self.rows, *(self.trailing or ())]
+
+    def close(self) -> None:
+        """Write the header with the final shape; the file is then a valid ``.npy``."""
+        if self._file.closed:
+            return
+        descr = np.lib.format.dtype_to_descr(_numpy(torch.empty(0, dtype=self.dtype or torch.float32)).dtype)
+        header = repr({"descr": descr, "fortran_order": False, "shape": tuple(self.shape)}).encode("latin1")
+        length = HEADER_BYTES - 10
+        self._file.seek(0)
+        self._file.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", length) + header.ljust(length - 1) + b"\n")
+        self._file.close()
+
+    def tensor(self) -> torch.Tensor:
+        """The whole stream as a tensor backed by the file (copy-on-write memory map)."""
+        self.close()
+        array = torch.from_numpy(np.load(self.path, mmap_mode="c"))
+        return array.view(torch.bfloat16) if self.dtype == torch.bfloat16 else array
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    """numpy has no bfloat16: its bits travel as int16 and are viewed back on reading."""
+    return (tensor.view(torch.int16) if tensor.dtype == torch.bfloat16 else tensor).numpy()
