@@ -96,7 +96,7 @@ def list_modules(
     build_meta = _once(lambda: models.build(name.timm_name, meta=True))
     build_real = _once(lambda: models.build(name.timm_name))
     size = input_size or _default_input_size(build_meta, build_real)
-    found = inventory.take(build_meta, build_real, size, shapes=shapes)
+    found = inventory.take(build_meta, build_real, size, shapes=shapes, size_given=input_size is not None)
     shown = layers.select(found, depth, pattern, leaves, name.requested)
     flat = pattern is not None or leaves
     return ModuleTree(name.requested, name.timm_name, found, name.notes + found.notes, shown, depth, flat)
@@ -196,7 +196,12 @@ def capture(
     torch_device = models.resolve_device(device)
     net, notes = models.load(spec, name.timm_name, torch_device)
     config = inputs.data_config(net, source.input_size)
-    found = inventory.take(lambda: models.build(name.timm_name, meta=True), lambda: net, config["input_size"])
+    found = inventory.take(
+        lambda: models.build(name.timm_name, meta=True),
+        lambda: net,
+        config["input_size"],
+        size_given=source.input_size is not None,
+    )
     targets = layers.resolve(list(layer_specs), found, name.requested)
     calls = {m.name: m.calls or 1 for m in found.modules}
     recorder = Recorder(net, targets, what, grad=grad, expected_calls=calls if early_stop else None)

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .errors import InputError, UsageError
 from .meta import FastShapes
 from .outputs import tensor_shapes
 
@@ -147,8 +148,12 @@ def take(
     build_real: Callable[[], nn.Module],
     input_size: tuple[int, ...],
     shapes: bool = True,
+    size_given: bool = False,
 ) -> Inventory:
-    """Trace on the meta device (no weights); fall back to a real CPU pass, and say so."""
+    """Trace on the meta device (no weights); fall back to a real CPU pass, and say so.
+
+    A model that runs on neither is an error: bad usage when the input size came from ``--input-size``.
+    """
     try:
         meta_model = build_meta()
     except Exception:
@@ -159,11 +164,26 @@ def take(
         try:
             return trace(meta_model, input_size, "meta")
         except Exception as exc:
-            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            reason = f"{type(exc).__name__}: {_first_line(exc)}"
     else:
         reason = "the model cannot be built on the meta device"
     real = build_real()
     device = next((p.device for p in real.parameters()), torch.device("cpu"))
-    inventory = trace(real, input_size, device)
+    try:
+        inventory = trace(real, input_size, device)
+    except Exception as exc:
+        size = "x".join(map(str, input_size))
+        kind = UsageError if size_given else InputError
+        raise kind(
+            f"The model does not run on a {size} input: {type(exc).__name__}: {_first_line(exc)}",
+            "Drop --input-size to use the model's own input size, or pass one it accepts."
+            if size_given
+            else "The model fails at its own default input size; check the model (or its plugin).",
+        ) from exc
     inventory.notes.append(f"traced with a real {device.type} pass ({reason[:160]})")
     return inventory
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""

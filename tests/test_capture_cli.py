@@ -91,6 +91,17 @@ def test_usage_mistakes(cli, tmp_path: Path, args: tuple[str, ...], code: int, t
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(("command", "size"), [("capture", "1,64,64"), ("list-modules", "3,64,64")])
+def test_an_input_size_the_model_cannot_take(cli, tmp_path: Path, command: str, size: str) -> None:
+    model = ("-m", "vit_tiny_patch16_224") if command == "list-modules" else MODEL
+    extra = ("-l", "conv1", "--random-input", "-o", tmp_path / "o") if command == "capture" else ()
+    result = cli(command, *model, "--input-size", size, *extra)
+    assert result.exit_code == 2, result.stderr
+    assert f"does not run on a {size.replace(',', 'x')} input" in result.stderr
+    assert "Drop --input-size" in result.stderr and "unexpectedly" not in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
 def test_out_under_a_file_is_refused_before_any_work(cli, tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
