@@ -132,7 +132,8 @@ def build(timm_name: str, *, pretrained: bool = False, meta: bool = False) -> nn
                 f"Could not get the pretrained weights of `{timm_name}`: {type(exc).__name__}: {exc}",
                 "They come from the Hugging Face hub, which this machine cannot reach (or which has no"
                 " weights for this name). Download them once where there is network (they are cached in"
-                " ~/.cache/huggingface) or pass --checkpoint PATH.",
+                " ~/.cache/huggingface) or pass --checkpoint PATH. Offline, HF_HUB_OFFLINE=1 makes this"
+                " check answer at once instead of retrying.",
             ) from exc
         raise InputError(
             f"The model builder of `{timm_name}` raised {type(exc).__name__}: {exc}",
