@@ -162,7 +162,10 @@ def capture(
     save_dtype: Annotated[str, typer.Option(help="float32, or keep (as computed).")] = "float32",
     batch_size: Annotated[int, typer.Option(help="Images per forward pass.")] = 16,
     early_stop: Annotated[
-        bool, typer.Option(" /--no-early-stop", help="Run the whole forward even when all layers are done.")
+        bool,
+        typer.Option(
+            "--early-stop/--no-early-stop", help="Stop the forward once every wanted layer has run."
+        ),
     ] = True,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be hooked and exit.")] = False,
     overwrite: Annotated[
