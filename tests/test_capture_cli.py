@@ -216,3 +216,10 @@ def test_debug_env_shows_the_traceback(tmp_path: Path) -> None:
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
     assert proc.returncode != 0 and "Traceback" in proc.stderr and "LayerError" in proc.stderr
+
+
+def test_early_stop_flag(cli, tmp_path: Path) -> None:
+    for flag, stopped in (("--early-stop", True), ("--no-early-stop", False)):
+        out = tmp_path / flag
+        assert cli("capture", *MODEL, "-l", "layer1", "--random-input", flag, "-o", out).exit_code == 0
+        assert json.loads((out / "manifest.json").read_text())["stopped_early"] is stopped
