@@ -22,20 +22,19 @@ class _Group(TyperGroup):
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, TyperException):
             raise
-        except HookdumpError as exc:
-            if os.environ.get("HOOKDUMP_DEBUG"):
-                raise
-            typer.echo(f"error: {exc.paragraph()}", err=True)
-            raise typer.Exit(exc.exit_code) from None
         except Exception as exc:
             if os.environ.get("HOOKDUMP_DEBUG"):
                 raise
-            typer.echo(
-                f"error: hookdump failed unexpectedly: {type(exc).__name__}: {exc}\n"
-                "Rerun with HOOKDUMP_DEBUG=1 to see the traceback, and report it with the command you ran.",
-                err=True,
-            )
-            raise typer.Exit(EXIT_FAILURE) from None
+            if isinstance(exc, HookdumpError):
+                message, code = exc.paragraph(), exc.exit_code
+            else:
+                message, code = (
+                    f"hookdump failed unexpectedly: {type(exc).__name__}: {exc}\nRerun with HOOKDUMP_DEBUG=1"
+                    " to see the traceback, and report it with the command you ran.",
+                    EXIT_FAILURE,
+                )
+            typer.echo(f"error: {message}", err=True)
+            raise typer.Exit(code) from None
 
 
 app = typer.Typer(

@@ -69,7 +69,8 @@ class Recorder:
         what: "output", "input" or "both".
         grad: also keep the gradient of every captured output (tensor hooks, which survive in-place ops).
         expected_calls: calls per forward from the inventory; with it (and no grad) the forward stops early,
-            when the parent of the last wanted module returns (so an in-place op there is still seen).
+            once every wanted call has run and the module around the last one returns (so an in-place op
+            there is still seen).
     """
 
     def __init__(
