@@ -223,3 +223,15 @@ def test_early_stop_flag(cli, tmp_path: Path) -> None:
         out = tmp_path / flag
         assert cli("capture", *MODEL, "-l", "layer1", "--random-input", flag, "-o", out).exit_code == 0
         assert json.loads((out / "manifest.json").read_text())["stopped_early"] is stopped
+
+
+def test_a_failure_inside_the_model_is_exit_1_with_how_to_see_more(
+    cli, plugins: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "o"
+    args = ("--import", plugins / "odd_plugin.py", "-m", "fragile_net", "-l", "conv", "--random-input")
+    result = cli("capture", *args, "--input-size", "3,8,8", "-o", out, "--no-early-stop")
+    assert result.exit_code == 1
+    assert "failed unexpectedly: RuntimeError: this model is broken" in result.stderr
+    assert "HOOKDUMP_DEBUG=1" in result.stderr and "Traceback" not in result.stderr
+    assert not out.exists()

@@ -98,3 +98,21 @@ class Forgiving(nn.Module):
 @register_model
 def forgiving_net(pretrained=False, **kwargs):
     return Forgiving()
+
+
+class Fragile(nn.Module):
+    """Runs on the all-zero traced input, raises on any real one: a bug in the model, not the user's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, bias=False)
+
+    def forward(self, x):
+        if x.abs().sum() > 0:
+            raise RuntimeError("this model is broken")
+        return self.conv(x)
+
+
+@register_model
+def fragile_net(pretrained=False, **kwargs):
+    return Fragile()
