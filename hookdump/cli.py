@@ -195,6 +195,34 @@ def capture(
         typer.echo(render.capture_summary(result))
 
 
+@app.command()
+def show(
+    file: Annotated[
+        Path, typer.Argument(help=".npy / .pt / .safetensors file from capture, or a capture folder.")
+    ],
+    key: Annotated[
+        str | None, typer.Option(help="Tensor name in a .safetensors file or a capture folder (layer1).")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="PNG to write (default: <stem>.png beside FILE).")
+    ] = None,
+    index: Annotated[int, typer.Option(min=0, help="Which image of the batch.")] = 0,
+    max_channels: Annotated[int, typer.Option(min=1, help="Draw at most the first N channels.")] = 64,
+    overlay: Annotated[
+        Path | None, typer.Option(help="Photo to lay the mean |activation| over, as a heat map.")
+    ] = None,
+    alpha: Annotated[float, typer.Option(min=0.0, max=1.0, help="Heat-map weight in the overlay.")] = 0.5,
+) -> None:
+    """A captured tensor as a PNG: a grid of its channels, or a heat map over the photo (--overlay)."""
+    from . import render, viz
+
+    rendered = viz.show(
+        file, key=key, output=output, index=index, max_channels=max_channels, photo=overlay, alpha=alpha
+    )
+    render.notes(rendered.notes)
+    typer.echo(render.show_summary(rendered))
+
+
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="hookdump")

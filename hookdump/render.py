@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .api import CapturePlan, CaptureResult, ModuleTree
     from .inventory import ModuleInfo
+    from .viz import Rendered
 
 #: One piece of a line: its text and its rich style ("" for none).
 Piece = tuple[str, str]
@@ -154,6 +155,20 @@ def plan(found: CapturePlan) -> str:
     lines = [f"would hook {len(rows)} module(s) of {found.tree.requested}:"]
     lines += [f"  {a:<{widths[0]}}  {b:<{widths[1]}}  {c:<{widths[2]}}  {d}".rstrip() for a, b, c, d in rows]
     return "\n".join(lines)
+
+
+def show_summary(r: Rendered) -> str:
+    """``show``: where the PNG went, its size, and what it shows."""
+    head = f"wrote {r.path} ({r.width}x{r.height}): {r.name}, image {r.index} of {tuple(r.shape)}"
+    if r.overlay is not None:
+        what = f"mean |activation| of {r.channels} channels as a heat map over {r.overlay}, {r.fit}"
+    else:
+        rows = -(-r.channels_shown // max(r.columns, 1))
+        what = (
+            f"{r.channels_shown} of {r.channels} channels, {r.columns} per row, {rows} row(s),"
+            f" tiles {r.tile[1]}x{r.tile[0]}, each min-max scaled"
+        )
+    return f"{head}\n  {r.layout}; {what}"
 
 
 def notes(lines: list[str]) -> None:
