@@ -198,7 +198,8 @@ def capture(
 @app.command()
 def show(
     file: Annotated[
-        Path, typer.Argument(help=".npy / .pt / .safetensors file from capture, or a capture folder.")
+        Path,
+        typer.Argument(metavar="FILE", help=".npy / .pt / .safetensors from capture, or a capture folder."),
     ],
     key: Annotated[
         str | None, typer.Option(help="Tensor name in a .safetensors file or a capture folder (layer1).")

@@ -78,11 +78,13 @@ def _in_folder(folder: Path, key: str | None) -> tuple[Path, str | None]:
         key = next(iter(files))
     if key is None or key not in files:
         names = ", ".join(files) or "none"
-        start = "Say which tensor with --key" if key is None else f"No tensor `{key}` in `{folder}`"
-        hint = did_you_mean(key, list(files)) if key else ""
-        raise UsageError(
-            f"{start}: `{folder}` holds {names}.", hint or f"e.g. --key {next(iter(files), '?')}"
+        start = (
+            f"Say which tensor in `{folder}` with --key"
+            if key is None
+            else f"No tensor `{key}` in `{folder}`"
         )
+        hint = did_you_mean(key, list(files)) if key else ""
+        raise UsageError(f"{start}; it holds {names}.", hint or f"e.g. --key {next(iter(files), '?')}")
     file, inner = files[key]
     return folder / file, inner
 
@@ -122,7 +124,7 @@ def _read_safetensors(path: Path, key: str | None) -> tuple[str, torch.Tensor]:
             if key is None or key not in keys:
                 start = "Say which tensor with --key" if key is None else f"No key `{key}` in `{path}`"
                 hint = did_you_mean(key, keys) if key else ""
-                raise UsageError(f"{start}: it holds {', '.join(keys)}.", hint or f"e.g. --key {keys[0]}")
+                raise UsageError(f"{start}; it holds {', '.join(keys)}.", hint or f"e.g. --key {keys[0]}")
             return key, handle.get_tensor(key)
     except HookdumpError:
         raise
