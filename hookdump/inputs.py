@@ -8,12 +8,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from .errors import InputError, UsageError
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 
@@ -131,22 +134,27 @@ def batches(
     paths: list[Path], config: dict[str, Any], batch_size: int
 ) -> Iterator[tuple[list[Path], torch.Tensor]]:
     """Load, transform and stack images ``batch_size`` at a time."""
-    from PIL import Image
-
     transform = eval_transform(config)
     mode = "L" if config["input_size"][0] == 1 else "RGB"
     for start in range(0, len(paths), batch_size):
         chunk = paths[start : start + batch_size]
-        tensors = []
-        for path in chunk:
-            try:
-                with Image.open(path) as image:
-                    tensors.append(transform(image.convert(mode)))
-            except OSError as exc:
-                raise InputError(
-                    f"Could not decode `{path}`: {exc}", "Check that the file is a whole image."
-                ) from exc
-        yield chunk, torch.stack(tensors)
+        yield chunk, torch.stack([transform(open_image(path, mode)) for path in chunk])
+
+
+def open_image(path: Path, mode: str = "RGB", option: str = "") -> PILImage:
+    """The whole image decoded and converted to ``mode``; a missing or unreadable file is an InputError."""
+    from PIL import Image
+
+    name = f"{option} `{path}`".strip()
+    if not path.is_file():
+        raise InputError(f"{name} does not exist.", "Pass an existing image file.")
+    try:
+        with Image.open(path) as image:
+            return image.convert(mode)
+    except OSError as exc:  # UnidentifiedImageError is one
+        raise InputError(
+            f"{name} is not an image hookdump can read: {exc}", "Pass JPEG, PNG, ... files."
+        ) from exc
 
 
 def random_batch(config: dict[str, Any], seed: int) -> torch.Tensor:

@@ -148,11 +148,15 @@ def _check_fires(info: ModuleInfo, inventory: Inventory, model_label: str) -> No
         )
 
 
+def in_subtree(name: str, root: str) -> bool:
+    """Whether module path ``name`` is ``root`` or sits below it."""
+    return name == root or name.startswith(root + ".")
+
+
 def _first_firing_leaf(name: str, inventory: Inventory) -> str | None:
     """The first module under ``name`` (itself included) that fires and has no children."""
-    prefix = name + "."
     for info in inventory.modules:
-        if (info.name == name or info.name.startswith(prefix)) and not info.children and info.fires:
+        if in_subtree(info.name, name) and not info.children and info.fires:
             return info.name
     return None
 
@@ -170,7 +174,7 @@ def select(
             path = normalize(pattern)
             if found.get(path) is None:
                 raise unknown_path(pattern, path, found, model_label)
-            matched = [n for n in names if n == path or n.startswith(path + ".")]
+            matched = [n for n in names if in_subtree(n, path)]
         keep = set(matched)
         names = [n for n in names if n in keep]
     if depth is not None:

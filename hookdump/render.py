@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -138,11 +139,8 @@ def capture_summary(result: CaptureResult) -> str:
         (s.file, s.kind if s.index is None else f"{s.kind} {s.index}", str(tuple(s.shape)), s.dtype)
         for s in result.tensors
     ]
-    widths = [max([len(r[i]) for r in rows], default=0) for i in range(3)]
-    lines = [f"wrote {len(rows)} file(s) to {result.out}/ in {result.seconds:.1f}s on {result.device}:"]
-    lines += [f"  {f:<{widths[0]}}  {k:<{widths[1]}}  {sh:<{widths[2]}}  {dt}" for f, k, sh, dt in rows]
-    lines.append(f"manifest: {result.manifest}")
-    return "\n".join(lines)
+    head = f"wrote {len(rows)} file(s) to {result.out}/ in {result.seconds:.1f}s on {result.device}:"
+    return "\n".join([head, *_aligned(rows), f"manifest: {result.manifest}"])
 
 
 def plan(found: CapturePlan) -> str:
@@ -151,10 +149,19 @@ def plan(found: CapturePlan) -> str:
         (m.name, m.type, f"x{m.calls}" if m.calls and m.calls > 1 else "", shape_text(m.output_shapes))
         for m in found.modules
     ]
-    widths = [max([len(r[i]) for r in rows], default=0) for i in range(3)]
-    lines = [f"would hook {len(rows)} module(s) of {found.tree.requested}:"]
-    lines += [f"  {a:<{widths[0]}}  {b:<{widths[1]}}  {c:<{widths[2]}}  {d}".rstrip() for a, b, c, d in rows]
-    return "\n".join(lines)
+    return "\n".join([f"would hook {len(rows)} module(s) of {found.tree.requested}:", *_aligned(rows)])
+
+
+def _aligned(rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """Rows of cells as indented lines, every column but the last padded to its widest cell."""
+    if not rows:
+        return []
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = []
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
+        lines.append("  " + "  ".join([*cells, row[-1]]).rstrip())
+    return lines
 
 
 def show_summary(r: Rendered) -> str:

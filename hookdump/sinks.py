@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from . import __version__
-from .errors import UsageError
+from .errors import UsageError, check_choice
 from .models import ModelSpec, ResolvedName
 from .recorder import Captured, Key
 from .stream import NpyStream
@@ -81,10 +81,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 def check_save_dtype(save_dtype: str, formats: tuple[str, ...], dtypes: set[torch.dtype]) -> None:
     """``keep`` writes tensors as the model made them; numpy cannot hold bfloat16."""
-    if save_dtype not in SAVE_DTYPES:
-        raise UsageError(
-            f"--save-dtype `{save_dtype}` is not one of {', '.join(SAVE_DTYPES)}.", "Use float32 or keep."
-        )
+    check_choice("--save-dtype", save_dtype, SAVE_DTYPES)
     if save_dtype == "keep" and "npy" in formats and torch.bfloat16 in dtypes:
         raise UsageError(
             "--save-dtype keep cannot write bfloat16 tensors to .npy: numpy has no bfloat16.",
@@ -128,8 +125,8 @@ class Writer:
     def append(self, batch: dict[Key, torch.Tensor]) -> None:
         """Add one forward pass's tensors, each to its own stream."""
         for key, tensor in batch.items():
-            check_save_dtype(self.save_dtype, self.formats, {tensor.dtype})
-            if key not in self.streams:
+            if key not in self.streams:  # a stream keeps its first dtype: one check is enough
+                check_save_dtype(self.save_dtype, self.formats, {tensor.dtype})
                 self.streams[key] = NpyStream(self.scratch / f"stream-{len(self.streams)}.npy", key[0])
                 self.source_dtypes[key] = tensor.dtype
             self.streams[key].append(_for_saving(tensor, self.save_dtype))

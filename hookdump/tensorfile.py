@@ -74,17 +74,7 @@ def _in_folder(folder: Path, key: str | None) -> tuple[Path, str | None]:
         fmt_key = entry.get("key")
         name = fmt_key or Path(entry["file"]).stem
         files.setdefault(name, (entry["file"], fmt_key))
-    if key is None and len(files) == 1:
-        key = next(iter(files))
-    if key is None or key not in files:
-        names = ", ".join(files) or "none"
-        start = (
-            f"Say which tensor in `{folder}` with --key"
-            if key is None
-            else f"No tensor `{key}` in `{folder}`"
-        )
-        hint = did_you_mean(key, list(files)) if key else ""
-        raise UsageError(f"{start}; it holds {names}.", hint or f"e.g. --key {next(iter(files), '?')}")
+    key = _pick(key, list(files), f"`{folder}`")
     file, inner = files[key]
     return folder / file, inner
 
@@ -119,17 +109,25 @@ def _read_safetensors(path: Path, key: str | None) -> tuple[str, torch.Tensor]:
             keys = list(handle.keys())
             if not keys:
                 raise InputError(f"`{path}` holds no tensors.", _WHAT)
-            if key is None and len(keys) == 1:
-                key = keys[0]
-            if key is None or key not in keys:
-                start = "Say which tensor with --key" if key is None else f"No key `{key}` in `{path}`"
-                hint = did_you_mean(key, keys) if key else ""
-                raise UsageError(f"{start}; it holds {', '.join(keys)}.", hint or f"e.g. --key {keys[0]}")
+            key = _pick(key, keys, f"`{path}`", noun="key")
             return key, handle.get_tensor(key)
     except HookdumpError:
         raise
     except Exception as exc:  # safetensors raises its own error type, and OSError
         raise InputError(f"`{path}` is not a safetensors file: {exc}", _WHAT) from exc
+
+
+def _pick(key: str | None, names: list[str], where: str, noun: str = "tensor") -> str:
+    """``key`` when ``where`` holds it; the only name when there is one and no key; else the error."""
+    if key is None and len(names) == 1:
+        return names[0]
+    if key is not None and key in names:
+        return key
+    start = f"Say which tensor in {where} with --key" if key is None else f"No {noun} `{key}` in {where}"
+    hint = did_you_mean(key, names) if key else ""
+    raise UsageError(
+        f"{start}; it holds {', '.join(names) or 'none'}.", hint or f"e.g. --key {names[0] if names else '?'}"
+    )
 
 
 def _manifest(folder: Path) -> dict[str, Any] | None:

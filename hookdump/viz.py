@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from .errors import InputError, UsageError
+from .inputs import open_image
 from .tensorfile import Loaded, load
 
 if TYPE_CHECKING:
@@ -193,28 +194,13 @@ def show(
         _write_png(image, out)
         return Rendered(out, image.shape[1], image.shape[0], **common, channels_shown=shown,
                         columns=columns, tile=tile)  # fmt: skip
-    picture = _open_photo(photo)
+    picture = open_image(photo, option="--overlay")
     fitted, fit = fit_photo(picture, (loaded.manifest or {}).get("transform"))
     image = overlay(heat_map(maps), fitted, alpha)
     _write_png(image, out)
     notes = _photo_notes(loaded, photo, index)
     return Rendered(out, image.shape[1], image.shape[0], **common, channels_shown=len(maps),
                     overlay=photo, fit=fit, notes=notes)  # fmt: skip
-
-
-def _open_photo(path: Path) -> Image:
-    from PIL import Image as PILImage
-    from PIL import UnidentifiedImageError
-
-    if not path.is_file():
-        raise InputError(
-            f"--overlay `{path}` does not exist.", "Pass the photo the tensor was captured from."
-        )
-    try:
-        with PILImage.open(path) as image:
-            return image.convert("RGB")
-    except (UnidentifiedImageError, OSError) as exc:
-        raise InputError(f"--overlay `{path}` is not an image: {exc}", "Pass a JPEG, PNG, ... file.") from exc
 
 
 def _photo_notes(loaded: Loaded, photo: Path, index: int) -> list[str]:
