@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
 from .errors import InputError, UsageError
-
-if TYPE_CHECKING:
-    from PIL.Image import Image as PILImage
+from .images import check_image, describe, open_image
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 
@@ -49,8 +48,8 @@ def parse_input_size(text: str) -> tuple[int, int, int]:
     return c, h, w
 
 
-def collect(spec: InputSpec) -> list[Path]:
-    """Every image path the user named, in a stable order, checked to exist and to be images."""
+def collect(spec: InputSpec, exclude: tuple[Path, ...] = ()) -> list[Path]:
+    """Every image path the user named, in a stable order, checked; folder walks never enter ``exclude``."""
     given = sum([bool(spec.paths), spec.sample, spec.random])
     if given == 0:
         raise UsageError(
@@ -63,15 +62,16 @@ def collect(spec: InputSpec) -> list[Path]:
         return []
     if spec.sample:
         return [sample_path()]
+    skip = frozenset(p.resolve() for p in exclude)
     found: list[Path] = []
     for text in spec.paths:
-        found.extend(_expand(text))
+        found.extend(_expand(text, skip))
     for path in found:
-        _check_image(path)
+        check_image(path)
     return found
 
 
-def _expand(text: str) -> list[Path]:
+def _expand(text: str, skip: frozenset[Path]) -> list[Path]:
     if text.startswith("@"):
         listing = Path(text[1:])
         if not listing.is_file():
@@ -81,7 +81,7 @@ def _expand(text: str) -> list[Path]:
         return [p if p.exists() or p.is_absolute() else listing.parent / p for p in paths]
     path = Path(text)
     if path.is_dir():
-        images = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        images = _walk(path, skip)
         if not images:
             raise InputError(
                 f"Folder `{path}` holds no images.", f"hookdump reads {', '.join(sorted(IMAGE_SUFFIXES))}."
@@ -99,18 +99,27 @@ def _expand(text: str) -> list[Path]:
     raise InputError(f"Input `{text}` does not exist.", "Pass image files, folders, globs or @list.txt.")
 
 
-def _check_image(path: Path) -> None:
-    from PIL import Image, UnidentifiedImageError
+def _walk(folder: Path, skip: frozenset[Path]) -> list[Path]:
+    """Image files under ``folder``, sorted; hidden names (``.x``, AppleDouble ``._x``) and ``skip`` left out.
 
-    if not path.is_file():
-        raise InputError(f"Input `{path}` does not exist.", "Fix the path (in @list files, one path a line).")
-    try:
-        with Image.open(path) as image:
-            image.verify()
-    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+    Symlinked files are taken, symlinked folders are not entered (no loops); an unreadable folder is an error.
+    """
+
+    def refuse(error: OSError) -> None:
         raise InputError(
-            f"`{path}` is not an image hookdump can read: {exc}", "Pass JPEG, PNG, ... files."
-        ) from exc
+            f"Folder `{error.filename}` cannot be read: {error.strerror}.",
+            "Make it readable (chmod u+rx), or move it out of the input folder.",
+        )
+
+    images: list[Path] = []
+    for root, dirs, files in os.walk(folder, onerror=refuse, followlinks=False):
+        here = Path(root)
+        dirs[:] = [d for d in dirs if not d.startswith(".") and (here / d).resolve() not in skip]
+        for name in files:
+            path = here / name
+            if not name.startswith(".") and path.suffix.lower() in IMAGE_SUFFIXES and path.is_file():
+                images.append(path)
+    return sorted(images)
 
 
 def data_config(model: nn.Module, input_size: tuple[int, int, int] | None) -> dict[str, Any]:
@@ -135,26 +144,14 @@ def batches(
 ) -> Iterator[tuple[list[Path], torch.Tensor]]:
     """Load, transform and stack images ``batch_size`` at a time."""
     transform = eval_transform(config)
-    mode = "L" if config["input_size"][0] == 1 else "RGB"
+    mode = _model_mode(config)
     for start in range(0, len(paths), batch_size):
         chunk = paths[start : start + batch_size]
         yield chunk, torch.stack([transform(open_image(path, mode)) for path in chunk])
 
 
-def open_image(path: Path, mode: str = "RGB", option: str = "") -> PILImage:
-    """The whole image decoded and converted to ``mode``; a missing or unreadable file is an InputError."""
-    from PIL import Image
-
-    name = f"{option} `{path}`".strip()
-    if not path.is_file():
-        raise InputError(f"{name} does not exist.", "Pass an existing image file.")
-    try:
-        with Image.open(path) as image:
-            return image.convert(mode)
-    except OSError as exc:  # UnidentifiedImageError is one
-        raise InputError(
-            f"{name} is not an image hookdump can read: {exc}", "Pass JPEG, PNG, ... files."
-        ) from exc
+def _model_mode(config: dict[str, Any]) -> str:
+    return "L" if config["input_size"][0] == 1 else "RGB"
 
 
 def random_batch(config: dict[str, Any], seed: int) -> torch.Tensor:
@@ -172,9 +169,9 @@ def sha256(path: Path) -> str:
 
 
 def records(paths: list[Path], source: InputSpec, config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The manifest's ``inputs``: each path with its sha256, or the seeded random input."""
+    """The manifest's ``inputs``: each path with its sha256 and ``describe``, or the seeded random input."""
     if source.random:
         return [{"random": True, "seed": source.seed, "shape": [1, *config["input_size"]]}]
-    return [
-        {"path": str(p), "sha256": sha256(p), **({"sample": True} if source.sample else {})} for p in paths
-    ]
+    mode = _model_mode(config)
+    sample = {"sample": True} if source.sample else {}
+    return [{"path": str(p), "sha256": sha256(p), **describe(p, mode), **sample} for p in paths]
