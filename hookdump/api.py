@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -10,16 +11,20 @@ from typing import Any
 
 import torch
 
-from . import inputs, inventory, layers, models, sinks
+from . import inputs, inventory, layers, manifest, models, sinks
 from .errors import UsageError, check_choice
 from .inputs import InputSpec
 from .inventory import Inventory, ModuleInfo
+from .lock import check_free
 from .models import ModelSpec
-from .recorder import Captured, Recorder
+from .options import CaptureOptions
+from .recorder import Recorder
+from .records import Captured
 from .runner import DTYPES, Run, forward_all
 from .sinks import SavedTensor
 
 __all__ = [
+    "CaptureOptions",
     "CapturePlan",
     "CaptureResult",
     "InputSpec",
@@ -121,6 +126,27 @@ def _once(build: Callable[[], torch.nn.Module]) -> Callable[[], torch.nn.Module]
     return wrapper
 
 
+def _once_pair(
+    build: Callable[[], tuple[torch.nn.Module, list[str]]],
+) -> Callable[[], tuple[torch.nn.Module, list[str]]]:
+    """``_once`` for a builder that also returns notes."""
+    memo: list[tuple[torch.nn.Module, list[str]]] = []
+
+    def wrapper() -> tuple[torch.nn.Module, list[str]]:
+        if not memo:
+            memo.append(build())
+        return memo[0]
+
+    return wrapper
+
+
+def _or_none(build: Callable[[], torch.nn.Module]) -> torch.nn.Module | None:
+    try:
+        return build()
+    except Exception:
+        return None
+
+
 def _default_input_size(
     build_meta: Callable[[], torch.nn.Module], build_real: Callable[[], torch.nn.Module]
 ) -> tuple[int, int, int]:
@@ -134,10 +160,17 @@ def _default_input_size(
 
 @dataclass
 class CapturePlan:
-    """What a capture would hook, without running it (``--dry-run``)."""
+    """Everything a capture checks before its first forward, without the real model (``--dry-run``)."""
 
     tree: ModuleTree
     targets: list[layers.LayerTarget]
+    spec: ModelSpec
+    options: CaptureOptions
+    source: InputSpec | None = None
+    paths: list[Path] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    load: Callable[[], tuple[torch.nn.Module, list[str]]] | None = None  # the real model, built once
 
     @property
     def modules(self) -> list[ModuleInfo]:
@@ -149,11 +182,43 @@ def plan(
     layer_specs: list[str] | tuple[str, ...],
     *,
     model: ModelSpec | str = models.DEFAULT_MODEL,
+    images: InputSpec | list[str] | tuple[str, ...] | None = None,
     input_size: tuple[int, int, int] | None = None,
+    options: CaptureOptions | None = None,
+    **option_values: Any,
 ) -> CapturePlan:
-    """Resolve layer specs against the traced inventory (meta device): what would be hooked."""
-    tree = list_modules(model, input_size=input_size)
-    return CapturePlan(tree, layers.resolve(list(layer_specs), tree.inventory, tree.requested))
+    """Check everything a capture would before its first forward pass, in the same order, and fail where
+    it would: options, output folder, model name, device, weights (names and shapes), inputs, layers
+    (traced on the meta device). The real model is not built (unless the model cannot run on meta).
+
+    Args:
+        images: as for ``capture``; None checks only the model and the layers.
+        input_size: ``(C, H, W)`` when ``images`` is None (else ``InputSpec.input_size``).
+        options / option_values: a ``CaptureOptions``, or its fields as keywords (``out=..., batch_size=8``).
+    """
+    opts = dataclasses.replace(options or CaptureOptions(), **option_values)
+    opts = dataclasses.replace(opts, out=Path(opts.out), formats=sinks.parse_formats(opts.formats))
+    _check_options(opts)
+    spec = ModelSpec(model) if isinstance(model, str) else model
+    source = images if isinstance(images, InputSpec) or images is None else InputSpec(paths=tuple(images))
+    size = source.input_size if source is not None else input_size
+    name = models.resolve_name(spec)
+    models.resolve_device(opts.device)
+    build_meta = _once(lambda: models.build(name.timm_name, meta=True))
+    load_real = _once_pair(lambda: models.load(spec, name.timm_name))
+    meta_model = _or_none(build_meta)
+    models.check_weights(spec, meta_model, name.timm_name)
+    paths = inputs.collect(source, exclude=(opts.out,)) if source is not None else []
+    config = inputs.data_config(meta_model if meta_model is not None else load_real()[0], size)
+    found = inventory.take(
+        build_meta, lambda: load_real()[0], config["input_size"], size_given=size is not None
+    )
+    targets = layers.resolve(list(layer_specs), found, name.requested)
+    tree = ModuleTree(name.requested, name.timm_name, found, name.notes + found.notes)
+    notes = []
+    if opts.target is not None and not opts.grad:
+        notes.append(f"--target {opts.target} is ignored without --grad (no gradient is computed)")
+    return CapturePlan(tree, targets, spec, opts, source, paths, config, notes, load_real)
 
 
 def capture(
@@ -161,71 +226,56 @@ def capture(
     layer_specs: list[str] | tuple[str, ...],
     *,
     model: ModelSpec | str = models.DEFAULT_MODEL,
-    out: Path | str = "hookdump-out",
-    formats: str | tuple[str, ...] = ("npy",),
-    what: str = "output",
-    grad: bool = False,
-    target: int | None = None,
-    device: str = "auto",
-    dtype: str = "float32",
-    channels_last: bool = False,
-    save_dtype: str = "float32",
-    batch_size: int = 16,
-    early_stop: bool = True,
-    overwrite: bool = False,
+    options: CaptureOptions | None = None,
+    **option_values: Any,
 ) -> CaptureResult:
     """Hook ``layer_specs``, run the images through the model in eval mode, write the tensors to ``out``.
 
     Args:
         images: paths (files, folders, globs, ``@list.txt``) or an ``InputSpec``.
         layer_specs: paths, ``[i]`` indexing, globs, ``re:`` regexes, ``LAYER@k`` for one call.
-        what: ``output``, ``input`` or ``both``.
-        grad: also save the gradient of each captured output, for class ``target`` (default: top class).
-        dtype: compute precision (autocast); ``save_dtype="keep"`` saves tensors in it instead of float32.
-        early_stop: stop the forward pass once every wanted layer has run (never with ``grad``).
+        model: a timm name, Twins alias or ``ModelSpec`` (weights, plugins, seed of random weights).
+        options / option_values: a ``CaptureOptions``, or its fields as keywords (``out=..., grad=True``).
     """
     started = time.perf_counter()
-    spec = ModelSpec(model) if isinstance(model, str) else model
-    source = images if isinstance(images, InputSpec) else InputSpec(paths=tuple(images))
-    out = Path(out)
-    fmt = sinks.parse_formats(formats)
-    _check_options(what, dtype, save_dtype, fmt, batch_size, target)
-    sinks.check_out_dir(out, overwrite)
-    paths = inputs.collect(source)
-    name = models.resolve_name(spec)
-    torch_device = models.resolve_device(device)
-    net, notes = models.load(spec, name.timm_name, torch_device)
-    config = inputs.data_config(net, source.input_size)
-    found = inventory.take(
-        lambda: models.build(name.timm_name, meta=True),
-        lambda: net,
-        config["input_size"],
-        size_given=source.input_size is not None,
-    )
-    targets = layers.resolve(list(layer_specs), found, name.requested)
-    calls = {m.name: m.calls or 1 for m in found.modules}
-    recorder = Recorder(net, targets, what, grad=grad, expected_calls=calls if early_stop else None)
-    if source.random:
-        batches: Iterable[torch.Tensor] = [inputs.random_batch(config, source.seed)]
-    else:
-        batches = (batch for _, batch in inputs.batches(paths, config, batch_size))
-    run = Run(torch_device, dtype, channels_last, grad, target)
-    with sinks.Writer(out, fmt, save_dtype) as writer:
+    found = plan(layer_specs, model=model, images=images, options=options, **option_values)
+    opts, spec, source = found.options, found.spec, found.source
+    assert source is not None and found.load is not None
+    name = models.ResolvedName(found.tree.requested, found.tree.timm_name)
+    torch_device = models.resolve_device(opts.device)
+    with sinks.Writer(opts.out, opts.formats, opts.save_dtype, opts.overwrite) as writer:
+        net, weight_notes = found.load()
+        net.to(torch_device)
+        calls = {m.name: m.calls or 1 for m in found.tree.inventory.modules}
+        finished = {m.name: m.finished for m in found.tree.inventory.modules if m.finished is not None}
+        recorder = Recorder(
+            net, found.targets, opts.what, grad=opts.grad,
+            expected_calls=calls if opts.early_stop else None, finished=finished,
+        )  # fmt: skip
+        if source.random:
+            batches: Iterable[torch.Tensor] = [inputs.random_batch(found.config, source.seed)]
+        else:
+            batches = (batch for _, batch in inputs.batches(found.paths, found.config, opts.batch_size))
+        run = Run(torch_device, opts.dtype, opts.channels_last, opts.grad, opts.target)
         classes = forward_all(net, recorder, batches, run, name.requested, writer.append)
-        records = inputs.records(paths, source, config)
-        extra = _run_record(recorder, run, save_dtype, classes)
-        header = sinks.manifest_header(spec, name, str(torch_device), dtype, config, records, extra)
         results = recorder.entries()
+        notes = (
+            found.tree.notes + weight_notes + found.notes + writer.notes + _capture_notes(recorder, results)
+        )
+        records = inputs.records(found.paths, source, found.config)
+        options_record = manifest.options_record(source, list(layer_specs), spec, opts)
+        extra = {**_run_record(recorder, run, opts.save_dtype, classes), "notes": notes}
+        header = manifest.header(spec, name, str(torch_device), found.config, records, options_record, extra)
         saved = writer.commit(results, header)
     return CaptureResult(
-        out=out,
-        manifest=out / sinks.MANIFEST,
+        out=opts.out,
+        manifest=opts.out / manifest.MANIFEST,
         requested=name.requested,
         timm_name=name.timm_name,
         device=str(torch_device),
         tensors=saved,
         inputs=records,
-        notes=name.notes + notes + found.notes + _capture_notes(recorder, results),
+        notes=notes,
         seconds=time.perf_counter() - started,
         stopped_early=recorder.stopped_early,
         classes=classes,
@@ -273,13 +323,16 @@ def _capture_notes(recorder: Recorder, results: list[Captured]) -> list[str]:
     return notes
 
 
-def _check_options(
-    what: str, dtype: str, save_dtype: str, formats: tuple[str, ...], batch_size: int, target: int | None
-) -> None:
-    check_choice("--what", what, ("output", "input", "both"))
-    check_choice("--dtype", dtype, tuple(DTYPES))
-    sinks.check_save_dtype(save_dtype, formats, {torch.bfloat16} if dtype == "bfloat16" else set())
-    if batch_size < 1:
-        raise UsageError(f"--batch-size {batch_size} is not positive.", "Use 1 or more.")
-    if target is not None and target < 0:
-        raise UsageError(f"--target {target} is negative.", "Give a class index, 0 or more.")
+def _check_options(opts: CaptureOptions) -> None:
+    """Every option on its own and against the others, and the output folder, before any work."""
+    check_choice("--what", opts.what, ("output", "input", "both"))
+    check_choice("--dtype", opts.dtype, tuple(DTYPES))
+    sinks.check_save_dtype(
+        opts.save_dtype, opts.formats, {torch.bfloat16} if opts.dtype == "bfloat16" else set()
+    )
+    if opts.batch_size < 1:
+        raise UsageError(f"--batch-size {opts.batch_size} is not positive.", "Use 1 or more.")
+    if opts.target is not None and opts.target < 0:
+        raise UsageError(f"--target {opts.target} is negative.", "Give a class index, 0 or more.")
+    sinks.check_out_dir(opts.out, opts.overwrite)
+    check_free(opts.out)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,7 +15,7 @@ from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
 from . import __version__
-from .errors import EXIT_FAILURE, HookdumpError
+from .errors import EXIT_FAILURE, HookdumpError, Interrupted, UsageError
 
 
 class _Group(TyperGroup):
@@ -22,6 +26,10 @@ class _Group(TyperGroup):
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, TyperException):
             raise
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Interrupted): scratch files already removed
+            code = exc.exit_code if isinstance(exc, Interrupted) else 130
+            typer.echo(f"error: interrupted ({code}): nothing of this run was kept.", err=True)
+            raise typer.Exit(code) from None
         except Exception as exc:
             if os.environ.get("HOOKDUMP_DEBUG"):
                 raise
@@ -114,10 +122,15 @@ def list_modules(
     """Every module as a tree: the path --layer takes, class, params, shapes, calls; never-firing marked."""
     from . import api, render
 
-    tree = api.list_modules(
-        _model_spec(model_arg or model, imports), input_size=_input_size(input_size), shapes=not no_shapes,
-        depth=depth, pattern=pattern, leaves=leaves,
-    )  # fmt: skip
+    if model_arg and model and model_arg != model:
+        raise UsageError(
+            f"Two models given: `{model_arg}` and --model `{model}`.", "Give the model once, either way."
+        )
+    with _user_output_to_stderr(json_out):
+        tree = api.list_modules(
+            _model_spec(model_arg or model, imports), input_size=_input_size(input_size),
+            shapes=not no_shapes, depth=depth, pattern=pattern, leaves=leaves,
+        )  # fmt: skip
     render.notes(tree.notes)
     if json_out:
         typer.echo(render.as_json([m.as_dict() for m in tree.modules]))
@@ -146,7 +159,7 @@ def capture(
     pretrained: Annotated[bool, typer.Option("--pretrained", help="timm's pretrained weights.")] = False,
     sample: Annotated[bool, typer.Option("--sample", help="Use the photo bundled with hookdump.")] = False,
     random_input: Annotated[bool, typer.Option("--random-input", help="One seeded random input.")] = False,
-    seed: Annotated[int, typer.Option(help="Seed for --random-input.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of random weights and of --random-input.")] = 0,
     input_size: InputSizeOpt = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("hookdump-out"),
     fmt: Annotated[str, typer.Option("--format", help="npy, pt, safetensors; comma-separated.")] = "npy",
@@ -176,23 +189,33 @@ def capture(
     """Hook layers, run images through the model in eval mode, write every captured tensor to files."""
     from . import api, inputs, render
 
-    spec = _model_spec(model, imports, checkpoint=checkpoint, pretrained=pretrained)
-    if dry_run:
-        found = api.plan(layer or [], model=spec, input_size=_input_size(input_size))
-        render.notes(found.tree.notes)
-        typer.echo(render.as_json([m.as_dict() for m in found.modules]) if json_out else render.plan(found))
-        return
+    spec = _model_spec(model, imports, checkpoint=checkpoint, pretrained=pretrained, seed=seed)
     source = inputs.InputSpec(tuple(images or ()), sample, random_input, seed, _input_size(input_size))
-    result = api.capture(
-        source, layer or [], model=spec, out=out, formats=fmt, what=what, grad=grad, target=target,
-        device=device, dtype=dtype, channels_last=channels_last, save_dtype=save_dtype,
-        batch_size=batch_size, early_stop=early_stop, overwrite=overwrite,
+    options = api.CaptureOptions(
+        out=out, formats=(fmt,), what=what, grad=grad, target=target, device=device, dtype=dtype,
+        channels_last=channels_last, save_dtype=save_dtype, batch_size=batch_size, early_stop=early_stop,
+        overwrite=overwrite,
     )  # fmt: skip
-    if json_out:
+    with _user_output_to_stderr(json_out):
+        if dry_run:
+            found = api.plan(layer or [], model=spec, images=source, options=options)
+        else:
+            result = api.capture(source, layer or [], model=spec, options=options)
+    if dry_run:
+        render.notes(found.tree.notes + found.notes)
+        typer.echo(render.as_json([m.as_dict() for m in found.modules]) if json_out else render.plan(found))
+    elif json_out:
         typer.echo(result.manifest.read_text().rstrip())
     elif not quiet:
         render.notes(result.notes)
         typer.echo(render.capture_summary(result))
+
+
+@contextlib.contextmanager
+def _user_output_to_stderr(active: bool) -> Iterator[None]:
+    """With --json, whatever model or plugin code prints goes to stderr: stdout holds the JSON alone."""
+    with contextlib.redirect_stdout(sys.stderr) if active else contextlib.nullcontext():
+        yield
 
 
 @app.command()
@@ -224,6 +247,12 @@ def show(
     typer.echo(render.show_summary(rendered))
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise Interrupted(128 + signum)
+
+
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. SIGTERM (CI time-outs, ``timeout``, ``docker stop``) is handled like
+    Ctrl-C: the run unwinds, its scratch files are removed, the exit code is 143."""
+    signal.signal(signal.SIGTERM, _terminated)
     app(prog_name="hookdump")

@@ -42,6 +42,14 @@ class InputError(HookdumpError):
     exit_code = EXIT_INPUT
 
 
+class Interrupted(KeyboardInterrupt):
+    """A signal (SIGTERM) that stops the run as Ctrl-C does; exit code 128 + the signal's number."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__(exit_code)
+        self.exit_code = exit_code
+
+
 def closest(word: str, choices: list[str], n: int = 5) -> list[str]:
     """The choices that look most like `word`, best first."""
     import difflib

@@ -29,6 +29,7 @@ class ModuleInfo:
     children: list[str]
     calls: int | None = None
     output_shapes: list[list[int]] = field(default_factory=list)
+    finished: int | None = None  # when its last call returned, counted in module returns of the traced pass
 
     @property
     def fires(self) -> bool | None:
@@ -113,11 +114,15 @@ def trace(model: nn.Module, input_size: tuple[int, ...], device: torch.device | 
     """Run one batch-of-one forward with a hook on every module and count calls and shapes."""
     inventory = describe(model, input_size)
     calls = {m.name: 0 for m in inventory.modules}
+    finished: dict[str, int] = {}
+    returns = [0]
     shapes: dict[str, list[list[int]]] = {}
 
     def make_hook(name: str) -> Callable[[nn.Module, Any, Any], None]:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             calls[name] += 1
+            returns[0] += 1
+            finished[name] = returns[0]
             if name not in shapes:
                 shapes[name] = tensor_shapes(output)
 
@@ -139,6 +144,7 @@ def trace(model: nn.Module, input_size: tuple[int, ...], device: torch.device | 
     for info in inventory.modules:
         info.calls = calls[info.name]
         info.output_shapes = shapes.get(info.name, [])
+        info.finished = finished.get(info.name)
     inventory.traced_on = torch.device(device).type
     return inventory
 

@@ -82,9 +82,20 @@ def resolve(specs: list[str], inventory: Inventory, model_label: str) -> list[La
         call_match = _CALL.match(spec.strip())
         body, call = (call_match["path"], int(call_match["call"])) if call_match else (spec, None)
         for path in _resolve_one(body, inventory, model_label):
+            calls = inventory.get(path).calls  # type: ignore[union-attr]
+            if call is not None and calls is not None and call >= calls:
+                raise call_out_of_range(path, call, calls)
             targets.setdefault(f"{path}@{call}", LayerTarget(path, call))
     order = {name: i for i, name in enumerate(inventory.names)}
     return sorted(targets.values(), key=lambda t: (order[t.path], -1 if t.call is None else t.call))
+
+
+def call_out_of_range(path: str, call: int, calls: int) -> LayerError:
+    """``LAYER@k`` with k at or beyond the number of times the module runs per forward."""
+    return LayerError(
+        f"`{path}@{call}` asks for call {call}, but {path} runs {calls} time(s) per forward pass.",
+        f"Calls are counted from 0: use {path}@0 ... {path}@{calls - 1}.",
+    )
 
 
 def _resolve_one(spec: str, inventory: Inventory, model_label: str) -> list[str]:

@@ -38,6 +38,7 @@ class ModelSpec:
     checkpoint: Path | None = None
     pretrained: bool = False
     name_given: bool = True
+    seed: int = 0  # random weights are drawn from this seed, so a run without trained weights repeats
 
 
 @dataclass
@@ -178,8 +179,11 @@ def _build_meta(timm_name: str) -> nn.Module:
             return timm.create_model(timm_name)  # type: ignore[no-any-return]
 
 
-def read_checkpoint(path: Path) -> dict[str, torch.Tensor]:
-    """Read a state dict from ``.safetensors`` or a ``torch.load``-able file (``weights_only=True``)."""
+def read_checkpoint(path: Path, *, meta: bool = False) -> dict[str, torch.Tensor]:
+    """Read a state dict from ``.safetensors`` or a ``torch.load``-able file (``weights_only=True``).
+
+    With ``meta``, only names and shapes are read (tensors on the meta device): a fast check before any work.
+    """
     if not path.is_file():
         raise InputError(
             f"Checkpoint `{path}` does not exist.", "Pass the path of a .safetensors or .pth file."
@@ -191,11 +195,9 @@ def read_checkpoint(path: Path) -> dict[str, torch.Tensor]:
         )
     try:
         if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            obj: Any = load_file(str(path), device="cpu")
+            obj: Any = _read_safetensors(path, meta)
         else:
-            obj = torch.load(path, map_location="cpu", weights_only=True)
+            obj = torch.load(path, map_location="meta" if meta else "cpu", weights_only=True)
     except Exception as exc:
         raise InputError(
             f"Could not read checkpoint `{path}`: {type(exc).__name__}: {str(exc).splitlines()[0]}",
@@ -203,6 +205,17 @@ def read_checkpoint(path: Path) -> dict[str, torch.Tensor]:
             " (torch.save(model.state_dict(), path)) or a .safetensors file.",
         ) from exc
     return _unwrap_state_dict(obj, path)
+
+
+def _read_safetensors(path: Path, meta: bool) -> dict[str, torch.Tensor]:
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    if not meta:
+        return load_file(str(path), device="cpu")
+    with safe_open(str(path), framework="pt") as handle:
+        names: list[str] = list(handle.keys())
+        return {k: torch.empty(handle.get_slice(k).get_shape(), device="meta") for k in names}
 
 
 def _unwrap_state_dict(obj: Any, path: Path) -> dict[str, torch.Tensor]:
@@ -220,9 +233,8 @@ def _unwrap_state_dict(obj: Any, path: Path) -> dict[str, torch.Tensor]:
     return dict(obj)
 
 
-def load_checkpoint(model: nn.Module, path: Path, model_name: str) -> None:
-    """Load a checkpoint strictly, with a readable diff of keys and shapes when it does not fit."""
-    state = read_checkpoint(path)
+def check_fits(state: dict[str, torch.Tensor], model: nn.Module, path: Path, model_name: str) -> None:
+    """A readable diff of keys and shapes when a checkpoint does not fit the model (strict loading)."""
     own = model.state_dict()
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
@@ -245,6 +257,23 @@ def load_checkpoint(model: nn.Module, path: Path, model_name: str) -> None:
             "\n".join(lines),
             "Pass the --model the checkpoint was trained as (and its number of classes).",
         )
+
+
+def check_weights(spec: ModelSpec, meta_model: nn.Module | None, model_name: str) -> None:
+    """Before any real work: weight options that contradict, a checkpoint that is missing or does not fit
+    (names and shapes only, against the meta model when there is one)."""
+    if spec.pretrained and spec.checkpoint is not None:
+        raise UsageError("--pretrained and --checkpoint both give weights.", "Pass only one of them.")
+    if spec.checkpoint is not None:
+        state = read_checkpoint(spec.checkpoint, meta=True)
+        if meta_model is not None:
+            check_fits(state, meta_model, spec.checkpoint, model_name)
+
+
+def load_checkpoint(model: nn.Module, path: Path, model_name: str) -> None:
+    """Load a checkpoint strictly, with a readable diff of keys and shapes when it does not fit."""
+    state = read_checkpoint(path)
+    check_fits(state, model, path, model_name)
     model.load_state_dict(state, strict=True)
 
 
@@ -273,16 +302,22 @@ def resolve_device(spec: str) -> torch.device:
     return device
 
 
-def load(spec: ModelSpec, timm_name: str, device: torch.device) -> tuple[nn.Module, list[str]]:
-    """Build the real model with its weights on ``device``; return it and what to say about the weights."""
-    if spec.pretrained and spec.checkpoint is not None:
-        raise UsageError("--pretrained and --checkpoint both give weights.", "Pass only one of them.")
-    model = build(timm_name, pretrained=spec.pretrained)
+def load(spec: ModelSpec, timm_name: str) -> tuple[nn.Module, list[str]]:
+    """Build the real model (on the CPU) with its weights; return it and what to say about the weights.
+
+    Random weights are drawn from ``spec.seed`` without touching the caller's random state.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        model = build(timm_name, pretrained=spec.pretrained)
     if spec.checkpoint is not None:
         load_checkpoint(model, spec.checkpoint, timm_name)
         note = f"weights: {spec.checkpoint}"
     elif spec.pretrained:
         note = "weights: timm pretrained"
     else:
-        note = "weights: random init (pass --checkpoint PATH or --pretrained for trained weights)"
-    return model.to(device), [note]
+        note = (
+            f"weights: random init from --seed {spec.seed} (pass --checkpoint PATH or --pretrained for"
+            " trained weights)"
+        )
+    return model, [note]

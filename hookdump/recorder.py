@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -13,35 +12,9 @@ from torch.utils.hooks import RemovableHandle
 
 from .errors import LayerError, UsageError
 from .inventory import is_container
-from .layers import LayerTarget
+from .layers import LayerTarget, call_out_of_range
 from .outputs import leaves
-
-Key = tuple[str, str, "str | None", int]  # layer, kind ("output" / "input"), index, call
-
-
-@dataclass
-class Captured:
-    """One captured tensor (its batches are streamed to disk by ``sinks.Writer``)."""
-
-    layer: str
-    kind: str  # "output", "input" or "grad" (of an output)
-    index: str | None
-    call: int
-    calls_per_forward: int
-    modified_in_place: bool = False
-
-    @property
-    def key(self) -> Key:
-        return (self.layer, self.kind, self.index, self.call)
-
-    @property
-    def stem(self) -> str:
-        """The file name without extension, as DESIGN.md's table gives it."""
-        name = self.layer if self.calls_per_forward == 1 else f"{self.layer}@{self.call}"
-        if self.kind == "input":
-            return f"{name}.in{self.index}"
-        name = name if self.index is None else f"{name}.out{self.index}"
-        return f"{name}.grad" if self.kind == "grad" else name
+from .records import Captured, Key
 
 
 def _caller(path: str, modules: dict[str, nn.Module]) -> str:
@@ -71,6 +44,8 @@ class Recorder:
         expected_calls: calls per forward from the inventory; with it (and no grad) the forward stops early,
             once every wanted call has run and the module around the last one returns (so an in-place op
             there is still seen).
+        finished: when each module last returned in the traced pass; early stop is not armed when the point
+            where it would stop is the last module to return (nothing would be skipped).
     """
 
     def __init__(
@@ -80,6 +55,7 @@ class Recorder:
         what: str = "output",
         grad: bool = False,
         expected_calls: dict[str, int] | None = None,
+        finished: dict[str, int] | None = None,
     ) -> None:
         self.model = model
         self.what = what
@@ -91,6 +67,7 @@ class Recorder:
                 None if target.call is None or calls is None else calls | {target.call}
             )
         self.last_call = self._last_calls(expected_calls) if expected_calls is not None and not grad else None
+        self.finished = finished or {}
         self.batch: dict[Key, torch.Tensor] = {}  # this forward pass's copies, until drained
         self.seen: dict[Key, None] = {}  # every key ever captured, in order
         self.other: dict[Key, str] = {}  # non-tensor leaves, as repr
@@ -134,6 +111,17 @@ class Recorder:
                 parents.add(owner)
             else:
                 self._stop_in_target.add(path)
+        stops = parents | self._stop_in_target
+        if (
+            stops
+            and self.finished
+            and max(self.finished.get(s, -1) for s in stops) >= max(self.finished.values())
+        ):
+            self.last_call = (
+                None  # it would stop where the forward ends anyway: nothing to skip, nothing to say
+            )
+            self._stop_in_target = set()
+            return set()
         return parents
 
     def __exit__(
@@ -243,10 +231,7 @@ class Recorder:
                 )
             missing = sorted(c for c in (selected or ()) if c >= count)
             if missing:
-                raise LayerError(
-                    f"`{path}@{missing[0]}` asks for call {missing[0]}, but {path} ran {count} time(s).",
-                    f"Calls are counted from 0: use {path}@0 ... {path}@{count - 1}.",
-                )
+                raise call_out_of_range(path, missing[0], count)
             self.calls_per_forward[path] = max(self.calls_per_forward[path], count)
 
     def entries(self) -> list[Captured]:

@@ -134,12 +134,19 @@ def print_tree(tree: ModuleTree) -> None:
 
 
 def capture_summary(result: CaptureResult) -> str:
-    """Where the files went and their shapes, one aligned line each."""
+    """Where the files went and their shapes, one aligned line per tensor (a safetensors file: per key)."""
     rows = [
-        (s.file, s.kind if s.index is None else f"{s.kind} {s.index}", str(tuple(s.shape)), s.dtype)
+        (
+            f"{s.file}[{s.key}]" if s.key else s.file,
+            s.kind if s.index is None else f"{s.kind} {s.index}",
+            str(tuple(s.shape)),
+            s.dtype,
+        )
         for s in result.tensors
     ]
-    head = f"wrote {len(rows)} file(s) to {result.out}/ in {result.seconds:.1f}s on {result.device}:"
+    files = len({s.file for s in result.tensors})
+    tensors = f" ({len(rows)} tensors)" if len(rows) != files else ""
+    head = f"wrote {files} file(s){tensors} to {result.out}/ in {result.seconds:.1f}s on {result.device}:"
     return "\n".join([head, *_aligned(rows), f"manifest: {result.manifest}"])
 
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .recorder import Key, Recorder
+from .recorder import Recorder
+from .records import Key
 
 DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

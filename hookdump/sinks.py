@@ -12,15 +12,14 @@ from typing import Any
 
 import torch
 
-from . import __version__
 from .errors import UsageError, check_choice
-from .models import ModelSpec, ResolvedName
-from .recorder import Captured, Key
+from .formats import write_pt, write_safetensors
+from .lock import SCRATCH_PREFIX, OutputLock
+from .manifest import MANIFEST
+from .records import Captured, Key
 from .stream import NpyStream
 
 FORMATS = ("npy", "pt", "safetensors")
-MANIFEST = "manifest.json"
-SAFETENSORS_FILE = "tensors.safetensors"
 SAVE_DTYPES = ("float32", "keep")
 
 
@@ -102,28 +101,44 @@ class Writer:
     place and writes the manifest last. Leaving the ``with`` block without a commit (an error) removes the
     scratch folder, and ``out`` too when this writer created it: no half-written output."""
 
-    def __init__(self, out: Path, formats: tuple[str, ...], save_dtype: str = "float32") -> None:
+    def __init__(
+        self, out: Path, formats: tuple[str, ...], save_dtype: str = "float32", overwrite: bool = False
+    ) -> None:
         self.out = out
         self.formats = formats
         self.save_dtype = save_dtype
+        self.overwrite = overwrite
         self.streams: dict[Key, NpyStream] = {}
         self.source_dtypes: dict[Key, torch.dtype] = {}
+        self.notes: list[str] = []
+        self.scratch: Path | None = None
 
     def __enter__(self) -> Writer:
+        """Create ``out``, lock it (one capture at a time), clear a dead run's leftovers, open a scratch."""
         self._created = not self.out.exists()
         self.out.mkdir(parents=True, exist_ok=True)
-        self.scratch = Path(tempfile.mkdtemp(prefix=".hookdump-partial-", dir=self.out))
+        self.lock = OutputLock(self.out)
+        try:
+            self.notes = self.lock.acquire()
+            check_out_dir(self.out, self.overwrite)  # again, now that no other run can write here
+            self.scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=self.out))
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         for stream in self.streams.values():
             stream.close()
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+        self.lock.release()
         if self._created and self.out.is_dir() and not any(self.out.iterdir()):
             self.out.rmdir()
 
     def append(self, batch: dict[Key, torch.Tensor]) -> None:
         """Add one forward pass's tensors, each to its own stream."""
+        assert self.scratch is not None, "append inside the with block"
         for key, tensor in batch.items():
             if key not in self.streams:  # a stream keeps its first dtype: one check is enough
                 check_save_dtype(self.save_dtype, self.formats, {tensor.dtype})
@@ -132,45 +147,52 @@ class Writer:
             self.streams[key].append(_for_saving(tensor, self.save_dtype))
 
     def commit(self, entries: list[Captured], header: dict[str, Any]) -> list[SavedTensor]:
-        """Name the files, write the other formats, move everything into ``out``, manifest last."""
-        saved: list[SavedTensor] = []
-        bundle: dict[str, torch.Tensor] = {}
-        for item in entries:
-            stream = self.streams[item.key]
+        """Name the files, write the other formats from the streams (never holding a whole tensor), move
+        everything into ``out``, manifest last."""
+        scratch = self.scratch
+        assert scratch is not None, "commit inside the with block"
+        streams = [self.streams[item.key] for item in entries]
+        for stream in streams:
             stream.close()
-            for fmt in self.formats:
-                name = SAFETENSORS_FILE if fmt == "safetensors" else f"{item.stem}.{fmt}"
-                if fmt == "pt":
-                    torch.save(stream.tensor().clone(), self.scratch / name)
-                elif fmt == "safetensors":
-                    bundle[item.stem] = stream.tensor()
-                saved.append(
-                    SavedTensor(
-                        layer=item.layer,
-                        kind=item.kind,
-                        index=item.index,
-                        call=item.call,
-                        file=name,
-                        format=fmt,
-                        shape=stream.shape,
-                        dtype=_dtype_name(stream.dtype or torch.float32),
-                        source_dtype=_dtype_name(self.source_dtypes[item.key]),
-                        modified_in_place_after_hook=item.modified_in_place,
-                        key=item.stem if fmt == "safetensors" else None,
-                    )
-                )
-            if "npy" in self.formats:
-                os.replace(stream.path, self.scratch / f"{item.stem}.npy")
-        if bundle:
-            from safetensors.torch import save_file
-
-            save_file(bundle, str(self.scratch / SAFETENSORS_FILE))
+        files: dict[tuple[str, str], str] = {}  # (stem, format) -> file name
+        for item, stream in zip(entries, streams, strict=True):
+            if "pt" in self.formats:
+                write_pt(stream.path, scratch / f"{item.stem}.pt", bfloat16=stream.dtype == torch.bfloat16)
+            files.update(
+                {(item.stem, fmt): f"{item.stem}.{fmt}" for fmt in self.formats if fmt != "safetensors"}
+            )
+        if "safetensors" in self.formats:
+            items = [
+                (i.stem, s.path, s.dtype == torch.bfloat16) for i, s in zip(entries, streams, strict=True)
+            ]
+            for key, name in write_safetensors(items, scratch):
+                files[(key, "safetensors")] = name
+        saved = [
+            SavedTensor(
+                layer=item.layer,
+                kind=item.kind,
+                index=item.index,
+                call=item.call,
+                file=files[(item.stem, fmt)],
+                format=fmt,
+                shape=stream.shape,
+                dtype=_dtype_name(stream.dtype or torch.float32),
+                source_dtype=_dtype_name(self.source_dtypes[item.key]),
+                modified_in_place_after_hook=item.modified_in_place,
+                key=item.stem if fmt == "safetensors" else None,
+            )
+            for item, stream in zip(entries, streams, strict=True)
+            for fmt in self.formats
+        ]
+        if "npy" in self.formats:
+            for item, stream in zip(entries, streams, strict=True):
+                os.replace(stream.path, scratch / f"{item.stem}.npy")
         _remove_previous(self.out)
-        for path in self.scratch.glob("*.*"):
+        for path in scratch.glob("*.*"):
             if not path.name.startswith("stream-"):
                 os.replace(path, self.out / path.name)
         manifest = {**header, "tensors": [s.as_dict() for s in saved]}
-        tmp = self.scratch / MANIFEST
+        tmp = scratch / MANIFEST
         tmp.write_text(json.dumps(manifest, indent=2) + "\n")
         os.replace(tmp, self.out / MANIFEST)
         return saved
@@ -191,39 +213,3 @@ def _remove_previous(out: Path) -> None:
         path = out / name
         if path.parent == out and path.is_file():
             path.unlink()
-
-
-def manifest_header(
-    spec: ModelSpec,
-    name: ResolvedName,
-    device: str,
-    dtype: str,
-    config: dict[str, Any],
-    records: list[dict[str, Any]],
-    extra: dict[str, Any],
-) -> dict[str, Any]:
-    """Everything in manifest.json but the tensors: versions, model, device, transform, inputs."""
-    import timm
-
-    return {
-        "hookdump_version": __version__,
-        "torch_version": torch.__version__,
-        "timm_version": timm.__version__,
-        "model": {
-            "requested": name.requested,
-            "timm_name": name.timm_name,
-            "checkpoint": str(spec.checkpoint) if spec.checkpoint else None,
-            "pretrained": spec.pretrained,
-        },
-        "device": device,
-        "dtype": dtype,
-        "transform": {
-            "input_size": list(config["input_size"]),
-            "mean": list(config["mean"]),
-            "std": list(config["std"]),
-            "interpolation": config["interpolation"],
-            "crop_pct": config["crop_pct"],
-        },
-        "inputs": records,
-        **extra,
-    }

@@ -24,9 +24,9 @@ the model saw; otherwise the map is stretched over the whole photo.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from .errors import InputError, UsageError
-from .inputs import open_image
+from .images import open_image
 from .tensorfile import Loaded, load
 
 if TYPE_CHECKING:
@@ -216,18 +216,17 @@ def _photo_notes(loaded: Loaded, photo: Path, index: int) -> list[str]:
 
 
 def _write_png(image: np.ndarray, out: Path) -> None:
-    """Write atomically: a temporary file in the same folder, then a rename."""
+    """Write atomically: a temporary file in the same folder, then a rename. The file is created the
+    ordinary way, so it gets the user's usual permissions (umask), not mkstemp's 0600."""
     from PIL import Image as PILImage
 
+    tmp = out.parent / f".hookdump-{os.getpid()}-{out.name}"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        handle, tmp = tempfile.mkstemp(prefix=".hookdump-", suffix=".png", dir=out.parent)
-    except OSError as exc:
-        raise UsageError(f"Cannot write `{out}`: {exc}", "Choose another --output.") from exc
-    os.close(handle)
-    try:
         PILImage.fromarray(image).save(tmp, format="PNG")
         os.replace(tmp, out)
+    except OSError as exc:
+        raise UsageError(f"Cannot write `{out}`: {exc}", "Choose another --output.") from exc
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        with contextlib.suppress(OSError):
+            tmp.unlink()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,49 @@ from hookdump.cli import app
 
 SKIMAGE_DATA = Path(skimage.__file__).parent / "data"
 PLUGINS = Path(__file__).parent / "plugins"
+CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _work_in_a_temporary_folder(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No test reads or writes the current folder: each runs in a fresh empty one (the default --out)."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
+def _checkout_state() -> str | None:
+    """Every file git lists in the checkout, ignored ones included (caches aside); None outside git."""
+    try:
+        proc = subprocess.run(
+            ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"],
+            cwd=CHECKOUT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    skip = (".venv/", "__pycache__", ".egg-info", "_cache/")
+    return "\n".join(line for line in proc.stdout.splitlines() if not any(s in line for s in skip))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_STATE] = _checkout_state()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The suite leaves the checkout as it found it: a test that writes into it fails the run."""
+    before, after = session.config.stash.get(_STATE, None), _checkout_state()
+    if before is None or after is None:
+        return
+    new = sorted(set(after.splitlines()) - set(before.splitlines()))
+    written = [line[3:] for line in new if line.startswith(("??", "!!"))]  # files that were not there
+    if written:
+        print(f"\nerror: the tests wrote into the checkout: {', '.join(written)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_STATE = pytest.StashKey[str | None]()
 
 
 @pytest.fixture(scope="session")

@@ -149,6 +149,8 @@ def test_all_three_formats_hold_the_same_numbers(cli, tmp_path: Path) -> None:
     assert manifest["inputs"][0] == {
         "path": str(sample_path()),
         "sha256": manifest["inputs"][0]["sha256"],
+        "mode": "RGB",
+        "size": [320, 213],
         "sample": True,
     }
 

@@ -49,12 +49,22 @@ def _manifest(out: Path) -> dict:
 
 
 def test_globs_and_regex_pick_the_same_modules(cli, tmp_path: Path) -> None:
-    glob = cli("capture", "-m", "twins_svt_small", "-l", "pos_block.*.proj.0", "--dry-run")
-    regex = cli("capture", "-m", "twins_svt_small", "-l", r"re:^pos_block\.\d\.proj\.0$", "--dry-run")
+    glob = cli("capture", "-m", "twins_svt_small", "-l", "pos_block.*.proj.0", "--random-input", "--dry-run")
+    regex = cli(
+        "capture",
+        "-m",
+        "twins_svt_small",
+        "-l",
+        r"re:^pos_block\.\d\.proj\.0$",
+        "--random-input",
+        "--dry-run",
+    )
     assert glob.exit_code == regex.exit_code == 0
     assert glob.stdout == regex.stdout
     assert "would hook 4 module(s)" in glob.stdout and "pos_block.3.proj.0  Conv2d" in glob.stdout
-    attn = cli("capture", "-m", "twins_svt_small", "-l", "blocks.*.*.attn", "--dry-run", "--json")
+    attn = cli(
+        "capture", "-m", "twins_svt_small", "-l", "blocks.*.*.attn", "--random-input", "--dry-run", "--json"
+    )
     names = [m["name"] for m in json.loads(attn.stdout)]
     assert len(names) == 2 + 2 + 10 + 4 and all(n.endswith(".attn") for n in names)
     assert not (tmp_path / "hookdump-out").exists()
@@ -70,13 +80,13 @@ def test_globs_and_regex_pick_the_same_modules(cli, tmp_path: Path) -> None:
     ],
 )
 def test_patterns_that_match_nothing_useful(cli, spec: str, text: str) -> None:
-    result = cli("capture", "-m", "twins_svt_small", "-l", spec, "--dry-run")
+    result = cli("capture", "-m", "twins_svt_small", "-l", spec, "--random-input", "--dry-run")
     assert result.exit_code == 3
     assert text in result.stderr
 
 
 def test_glob_typo_suggests_paths(cli) -> None:
-    result = cli("capture", "-m", "twins_svt_small", "-l", "blocks.*.*.atn", "--dry-run")
+    result = cli("capture", "-m", "twins_svt_small", "-l", "blocks.*.*.atn", "--random-input", "--dry-run")
     assert "blocks.0.0.attn" in result.stderr
 
 
@@ -135,7 +145,7 @@ def test_reused_module_one_file_per_call_and_call_selection(cli, odd, tmp_path: 
         np.load(tmp_path / "b" / "act@1.npy"), np.load(tmp_path / "a" / "act@1.npy")
     )
     too_far = cli("capture", *ODD, "-l", "act@3", "-o", tmp_path / "c")
-    assert too_far.exit_code == 3 and "act ran 3 time(s)" in too_far.stderr
+    assert too_far.exit_code == 3 and "act runs 3 time(s) per forward pass" in too_far.stderr
 
 
 # --- gradients ------------------------------------------------------------------------------------------

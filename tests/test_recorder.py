@@ -28,7 +28,7 @@ def test_every_hook_is_removed_even_when_forward_fails() -> None:
 def test_call_past_the_last_is_a_layer_error() -> None:
     shared = nn.Linear(4, 4)
     model = nn.Sequential(shared, nn.ReLU(), shared)
-    with Recorder(model, [LayerTarget("0", 2)]) as recorder, pytest.raises(LayerError, match="ran 2 time"):
+    with Recorder(model, [LayerTarget("0", 2)]) as recorder, pytest.raises(LayerError, match="runs 2 time"):
         recorder.run(torch.ones(1, 4), "tiny")
     assert _hook_count(model) == 0
 

@@ -61,8 +61,11 @@ def test_default_model_capture_writes_the_seed_layer(cli, chelsea: Path, tmp_pat
     assert manifest["model"] == {
         "requested": "alt_gvt_large",
         "timm_name": "twins_svt_large",
+        "imports": [],
         "checkpoint": None,
+        "checkpoint_sha256": None,
         "pretrained": False,
+        "seed": 0,
     }
     assert manifest["tensors"][0]["file"] == "pos_block.3.proj.0.npy"
     assert manifest["tensors"][0]["shape"] == [1, 1024, 7, 7]

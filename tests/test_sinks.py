@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from hookdump.errors import LayerError
-from hookdump.recorder import Captured
+from hookdump.records import Captured
 from hookdump.sinks import Writer
 from hookdump.stream import HEADER_BYTES
 

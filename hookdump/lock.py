@@ -1,0 +1,105 @@
+"""One capture at a time per output folder: a kernel lock (``flock``) on ``OUT/.hookdump.lock``.
+
+The kernel drops the lock when its process dies, even by SIGKILL, so a lock file left by a dead run is
+recognised as stale and simply taken over, and so are that run's scratch folders.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+from .errors import UsageError
+
+LOCK_FILE = ".hookdump.lock"
+SCRATCH_PREFIX = ".hookdump-partial-"
+
+
+class OutputLock:
+    """Hold ``out``'s lock from ``acquire`` to ``release``; a second holder is refused (exit 2)."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = out / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> list[str]:
+        """Take the lock, or raise naming the run that holds it. Returns notes on stale leftovers removed."""
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read(fd)
+                os.close(fd)
+                raise _busy(self.path.parent, holder) from None
+            # The holder before us may have removed the file after we opened it: lock the file that is there.
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        self._fd = fd
+        stale = _read(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {_now()}\n".encode(), 0)
+        return self._remove_stale_scratch(stale)
+
+    def _remove_stale_scratch(self, stale: str) -> list[str]:
+        """While we hold the lock no other run writes here: any scratch folder is a dead run's."""
+        left = sorted(p for p in self.path.parent.glob(SCRATCH_PREFIX + "*") if p.is_dir())
+        for folder in left:
+            shutil.rmtree(folder, ignore_errors=True)
+        if not left:
+            return []
+        who = f" ({stale})" if stale else ""
+        return [
+            f"removed {len(left)} scratch folder(s) left in {self.path.parent} by an interrupted capture{who}"
+        ]
+
+    def release(self) -> None:
+        """Remove the lock file and let go (idempotent)."""
+        if self._fd is None:
+            return
+        try:
+            self.path.unlink(missing_ok=True)
+        finally:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+
+def check_free(out: Path) -> None:
+    """Raise the error ``acquire`` would, without taking the lock (``--dry-run``)."""
+    path = out / LOCK_FILE
+    if not path.is_file():
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _busy(out, _read(fd)) from None
+    finally:
+        os.close(fd)
+
+
+def _busy(out: Path, holder: str) -> UsageError:
+    return UsageError(
+        f"`{out}` is being written by another hookdump capture ({holder or 'its process holds the lock'}).",
+        "Wait for it to finish, or choose another --out.",
+    )
+
+
+def _read(fd: int) -> str:
+    try:
+        return os.pread(fd, 200, 0).decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")

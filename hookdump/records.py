@@ -1,0 +1,32 @@
+"""The record of one captured tensor, shared by the hooks that take it and the sinks that write it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Key = tuple[str, str, "str | None", int]  # layer, kind ("output" / "input"), index, call
+
+
+@dataclass
+class Captured:
+    """One captured tensor (its batches are streamed to disk by ``sinks.Writer``)."""
+
+    layer: str
+    kind: str  # "output", "input" or "grad" (of an output)
+    index: str | None
+    call: int
+    calls_per_forward: int
+    modified_in_place: bool = False
+
+    @property
+    def key(self) -> Key:
+        return (self.layer, self.kind, self.index, self.call)
+
+    @property
+    def stem(self) -> str:
+        """The file name without extension, as DESIGN.md's table gives it."""
+        name = self.layer if self.calls_per_forward == 1 else f"{self.layer}@{self.call}"
+        if self.kind == "input":
+            return f"{name}.in{self.index}"
+        name = name if self.index is None else f"{name}.out{self.index}"
+        return f"{name}.grad" if self.kind == "grad" else name
