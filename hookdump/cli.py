@@ -2,56 +2,22 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
-from typer.exceptions import TyperException
 
-from . import __version__
-from .errors import EXIT_FAILURE, HookdumpError, Interrupted, UsageError
-
-
-class _Group(TyperGroup):
-    """The one place where errors become a short paragraph on stderr and an exit code."""
-
-    def invoke(self, ctx: Any) -> Any:
-        try:
-            return super().invoke(ctx)
-        except (typer.Exit, typer.Abort, TyperException):
-            raise
-        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Interrupted): scratch files already removed
-            code = exc.exit_code if isinstance(exc, Interrupted) else 130
-            typer.echo(f"error: interrupted ({code}): nothing of this run was kept.", err=True)
-            raise typer.Exit(code) from None
-        except Exception as exc:
-            if os.environ.get("HOOKDUMP_DEBUG"):
-                raise
-            if isinstance(exc, HookdumpError):
-                message, code = exc.paragraph(), exc.exit_code
-            else:
-                message, code = (
-                    f"hookdump failed unexpectedly: {type(exc).__name__}: {exc}\nRerun with HOOKDUMP_DEBUG=1"
-                    " to see the traceback, and report it with the command you ran.",
-                    EXIT_FAILURE,
-                )
-            typer.echo(f"error: {message}", err=True)
-            raise typer.Exit(code) from None
-
+from . import __version__, shell
+from .errors import Interrupted, UsageError
 
 app = typer.Typer(
-    cls=_Group,
+    cls=shell.Group,
     name="hookdump",
     help="See inside timm vision models: list hookable modules, capture layer activations to files.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -87,7 +53,26 @@ ImportOpt = Annotated[
 InputSizeOpt = Annotated[
     str | None, typer.Option("--input-size", help="C,H,W instead of the model's default.")
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of tables.")]
+JsonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        callback=shell.set_json,
+        help="Print one JSON document on stdout (errors too) instead of text.",
+    ),
+]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        is_eager=True,
+        callback=shell.apply_config,
+        help="TOML file (or a capture's manifest.json) whose keys are these options; flags given here win.",
+    ),
+]
+PrintConfigOpt = Annotated[
+    bool, typer.Option("--print-config", help="Print the effective options as a TOML config and exit.")
+]
 
 
 def _model_spec(name: str | None, imports: list[str] | None, **weights: Any) -> Any:
@@ -104,6 +89,7 @@ def _input_size(text: str | None) -> tuple[int, int, int] | None:
 
 @app.command("list-modules")
 def list_modules(
+    ctx: typer.Context,
     model_arg: Annotated[
         str | None, typer.Argument(metavar="[MODEL]", help="Model name (or use --model).")
     ] = None,
@@ -118,6 +104,8 @@ def list_modules(
     leaves: Annotated[bool, typer.Option("--leaves", help="Only modules without children.")] = False,
     no_shapes: Annotated[bool, typer.Option("--no-shapes", help="Skip the traced pass.")] = False,
     json_out: JsonOpt = False,
+    config: ConfigOpt = None,
+    print_config: PrintConfigOpt = False,
 ) -> None:
     """Every module as a tree: the path --layer takes, class, params, shapes, calls; never-firing marked."""
     from . import api, render
@@ -126,7 +114,9 @@ def list_modules(
         raise UsageError(
             f"Two models given: `{model_arg}` and --model `{model}`.", "Give the model once, either way."
         )
-    with _user_output_to_stderr(json_out):
+    if print_config:
+        return shell.print_config(ctx, model=model_arg or model)
+    with shell.user_output_to_stderr(json_out):
         tree = api.list_modules(
             _model_spec(model_arg or model, imports), input_size=_input_size(input_size),
             shapes=not no_shapes, depth=depth, pattern=pattern, leaves=leaves,
@@ -140,6 +130,7 @@ def list_modules(
 
 @app.command()
 def capture(
+    ctx: typer.Context,
     images: Annotated[
         list[str] | None, typer.Argument(help="Image files, folders (recursive), globs or @list.txt.")
     ] = None,
@@ -185,10 +176,14 @@ def capture(
     ] = False,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+    config: ConfigOpt = None,
+    print_config: PrintConfigOpt = False,
 ) -> None:
     """Hook layers, run images through the model in eval mode, write every captured tensor to files."""
     from . import api, inputs, render
 
+    if print_config:
+        return shell.print_config(ctx)
     spec = _model_spec(model, imports, checkpoint=checkpoint, pretrained=pretrained, seed=seed)
     source = inputs.InputSpec(tuple(images or ()), sample, random_input, seed, _input_size(input_size))
     options = api.CaptureOptions(
@@ -196,7 +191,7 @@ def capture(
         channels_last=channels_last, save_dtype=save_dtype, batch_size=batch_size, early_stop=early_stop,
         overwrite=overwrite,
     )  # fmt: skip
-    with _user_output_to_stderr(json_out):
+    with shell.user_output_to_stderr(json_out):
         if dry_run:
             found = api.plan(layer or [], model=spec, images=source, options=options)
         else:
@@ -209,13 +204,6 @@ def capture(
     elif not quiet:
         render.notes(result.notes)
         typer.echo(render.capture_summary(result))
-
-
-@contextlib.contextmanager
-def _user_output_to_stderr(active: bool) -> Iterator[None]:
-    """With --json, whatever model or plugin code prints goes to stderr: stdout holds the JSON alone."""
-    with contextlib.redirect_stdout(sys.stderr) if active else contextlib.nullcontext():
-        yield
 
 
 @app.command()
@@ -236,6 +224,7 @@ def show(
         Path | None, typer.Option(help="Photo to lay the mean |activation| over, as a heat map.")
     ] = None,
     alpha: Annotated[float, typer.Option(min=0.0, max=1.0, help="Heat-map weight in the overlay.")] = 0.5,
+    json_out: JsonOpt = False,
 ) -> None:
     """A captured tensor as a PNG: a grid of its channels, or a heat map over the photo (--overlay)."""
     from . import render, viz
@@ -244,7 +233,7 @@ def show(
         file, key=key, output=output, index=index, max_channels=max_channels, photo=overlay, alpha=alpha
     )
     render.notes(rendered.notes)
-    typer.echo(render.show_summary(rendered))
+    typer.echo(render.as_json(rendered.as_dict()) if json_out else render.show_summary(rendered))
 
 
 def _terminated(signum: int, frame: object) -> None:

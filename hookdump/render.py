@@ -117,18 +117,27 @@ def tree_summary(tree: ModuleTree) -> str:
     return f"{head}, {state}, {param_text}; input {size} ({traced})"
 
 
+def use_color() -> bool:
+    """Colour on a terminal only; ``NO_COLOR`` and ``TERM=dumb`` turn it off, ``FORCE_COLOR`` on."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+
+
 def print_tree(tree: ModuleTree) -> None:
     """The tree and its summary on stdout: plain text on a pipe or with NO_COLOR, rich on a terminal."""
     lines = tree_lines(tree)
     summary = tree_summary(tree)
-    if not sys.stdout.isatty() or os.environ.get("NO_COLOR"):
+    if not use_color():
         text = "\n".join("".join(piece for piece, _ in line) for line in lines)
         sys.stdout.write(f"{text}\n{summary}\n")
         return
     from rich.console import Console
     from rich.text import Text
 
-    out = Console()
+    out = Console(force_terminal=True)
     out.print(Text("\n").join(Text.assemble(*line) for line in lines), soft_wrap=True)
     out.print(summary, highlight=False)
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +71,10 @@ class Rendered:
     overlay: Path | None = None
     fit: str = ""
     notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """``show --json``: every field, paths as strings."""
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
 
 
 def feature_maps(tensor: torch.Tensor, index: int) -> tuple[torch.Tensor, str]:

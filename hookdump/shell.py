@@ -1,0 +1,130 @@
+"""What every command shares at the terminal's edge: one error paragraph on stderr (and, under ``--json``,
+one error object on stdout) with its exit code, ``--config`` / ``--print-config``, and stdout kept for data.
+No torch import here: ``--help`` stays instant."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import typer
+from typer._click.exceptions import ClickException, NoArgsIsHelpError
+from typer.core import TyperGroup
+
+from .errors import EXIT_FAILURE, HookdumpError, InputError, Interrupted, LayerError, UsageError
+
+#: The error object's keys and their version (README: "JSON output").
+ERROR_SCHEMA_VERSION = 1
+_KINDS = {UsageError: "usage", LayerError: "layer", InputError: "input"}
+
+
+class _JsonMode:
+    """Whether this invocation asked for JSON (``--json`` on the line, or ``json = true`` in a config)."""
+
+    on = False
+
+
+class _Stopped(Exception):
+    """Ctrl-C or SIGTERM, carried past click (which would turn every KeyboardInterrupt into exit 130)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def error_object(message: str, kind: str, exit_code: int, hint: str | None) -> dict[str, Any]:
+    """What ``--json`` prints on stdout when a command fails."""
+    return {
+        "error": message,
+        "kind": kind,
+        "exit_code": exit_code,
+        "hint": hint,
+        "schema_version": ERROR_SCHEMA_VERSION,
+    }
+
+
+def fail(message: str, kind: str, exit_code: int, hint: str | None = None) -> NoReturn:
+    """The one way a command ends in error: the paragraph on stderr, the object on stdout under --json."""
+    paragraph = f"{message}\n{hint}" if hint else message
+    typer.echo(f"error: {paragraph}", err=True)
+    if _JsonMode.on:
+        typer.echo(json.dumps(error_object(message, kind, exit_code, hint), indent=2))
+    sys.exit(exit_code)
+
+
+def _fail_for(exc: BaseException) -> NoReturn:
+    if isinstance(exc, _Stopped):
+        fail(f"interrupted ({exc.code}): nothing of this run was kept.", "interrupted", exc.code)
+    if isinstance(exc, NoArgsIsHelpError):  # the help is already printed
+        sys.exit(exc.exit_code)
+    if isinstance(exc, ClickException):
+        command = exc.ctx.command_path if getattr(exc, "ctx", None) else "hookdump"  # type: ignore[attr-defined]
+        fail(exc.format_message(), "usage", exc.exit_code, f"`{command} --help` lists the options.")
+    if isinstance(exc, HookdumpError):
+        kind = next((k for cls, k in _KINDS.items() if isinstance(exc, cls)), "failure")
+        fail(exc.message, kind, exc.exit_code, exc.hint)
+    fail(
+        f"hookdump failed unexpectedly: {type(exc).__name__}: {exc}",
+        "unexpected",
+        EXIT_FAILURE,
+        "Rerun with HOOKDUMP_DEBUG=1 to see the traceback, and report it with the command you ran.",
+    )
+
+
+class Group(TyperGroup):
+    """Runs a command and turns whatever stops it into :func:`fail`: hookdump's errors, click's usage errors
+    (a bad option value, an unknown option), Ctrl-C / SIGTERM and bugs, all one paragraph and an exit code."""
+
+    def main(self, args: Sequence[str] | None = None, *pos: Any, **kwargs: Any) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        _JsonMode.on = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(argv, *pos, **kwargs)
+        except Exception as exc:
+            if os.environ.get("HOOKDUMP_DEBUG") and not isinstance(exc, ClickException | _Stopped):
+                raise
+            _fail_for(exc)
+        sys.exit(code if isinstance(code, int) else 0)
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:  # the run's scratch files are already removed
+            raise _Stopped(exc.exit_code if isinstance(exc, Interrupted) else 130) from None
+
+
+def set_json(value: bool) -> bool:
+    """``--json`` callback: also on when a config file sets ``json = true``."""
+    _JsonMode.on = _JsonMode.on or bool(value)
+    return value
+
+
+def apply_config(ctx: typer.Context, value: Path | None) -> Path | None:
+    """``--config`` callback (eager): the file's values become the defaults that command-line flags beat."""
+    if value is not None:
+        from . import config
+
+        defaults = config.load(value, ctx.command, ctx.info_name or "")
+        ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    return value
+
+
+def print_config(ctx: typer.Context, **overrides: Any) -> None:
+    """``--print-config``: the effective options as a TOML config for this command."""
+    from . import config
+
+    values = {**ctx.params, **overrides}
+    typer.echo(config.to_toml(values, ctx.command, ctx.info_name or "").rstrip())
+
+
+@contextlib.contextmanager
+def user_output_to_stderr(active: bool) -> Iterator[None]:
+    """With --json, whatever model or plugin code prints goes to stderr: stdout holds the JSON alone."""
+    with contextlib.redirect_stdout(sys.stderr) if active else contextlib.nullcontext():
+        yield
