@@ -162,8 +162,23 @@ def capture(
     channels_last: Annotated[
         bool, typer.Option("--channels-last", help="channels_last memory format.")
     ] = False,
-    save_dtype: Annotated[str, typer.Option(help="float32, or keep (as computed).")] = "float32",
+    save_dtype: Annotated[
+        str, typer.Option(help="float32, float16, bfloat16 (not .npy), or keep (as computed).")
+    ] = "float32",
     batch_size: Annotated[int, typer.Option(help="Images per forward pass.")] = 16,
+    workers: Annotated[
+        int | None, typer.Option(help="Image-decoding processes (0: in process; default: by the machine).")
+    ] = None,
+    reduce: Annotated[
+        str, typer.Option(help="Pool each map at capture time: none, mean, max (over space or tokens), cls.")
+    ] = "none",
+    shard_size: Annotated[
+        str | None,
+        typer.Option(help="Safetensors shards of at most this size (2GB, 500MB); default one file."),
+    ] = None,
+    skip_bad: Annotated[
+        bool, typer.Option("--skip-bad", help="Record unreadable images in the manifest and go on.")
+    ] = False,
     early_stop: Annotated[
         bool,
         typer.Option(
@@ -172,7 +187,10 @@ def capture(
     ] = True,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be hooked and exit.")] = False,
     overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace a capture already in --out.")
+        bool, typer.Option("--overwrite", help="Replace a capture (or an interrupted one) in --out.")
+    ] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the interrupted capture in --out (same options).")
     ] = False,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
@@ -180,25 +198,24 @@ def capture(
     print_config: PrintConfigOpt = False,
 ) -> None:
     """Hook layers, run images through the model in eval mode, write every captured tensor to files."""
-    from . import api, inputs, render
+    from . import api, inputs, progress, render
 
     if print_config:
         return shell.print_config(ctx)
     spec = _model_spec(model, imports, checkpoint=checkpoint, pretrained=pretrained, seed=seed)
     source = inputs.InputSpec(tuple(images or ()), sample, random_input, seed, _input_size(input_size))
-    options = api.CaptureOptions(
-        out=out, formats=(fmt,), what=what, grad=grad, target=target, device=device, dtype=dtype,
-        channels_last=channels_last, save_dtype=save_dtype, batch_size=batch_size, early_stop=early_stop,
-        overwrite=overwrite,
-    )  # fmt: skip
+    names = set(api.CaptureOptions.__dataclass_fields__) - {"formats"}
+    options = api.CaptureOptions(formats=(fmt,), **{k: v for k, v in ctx.params.items() if k in names})
     with shell.user_output_to_stderr(json_out):
         if dry_run:
             found = api.plan(layer or [], model=spec, images=source, options=options)
         else:
-            result = api.capture(source, layer or [], model=spec, options=options)
+            bar = progress.Progress(enabled=not quiet)
+            with bar:
+                result = api.capture(source, layer or [], model=spec, options=options, on_batch=bar.update)
     if dry_run:
         render.notes(found.tree.notes + found.notes)
-        typer.echo(render.as_json([m.as_dict() for m in found.modules]) if json_out else render.plan(found))
+        typer.echo(render.as_json(render.plan_dict(found)) if json_out else render.plan(found))
     elif json_out:
         typer.echo(result.manifest.read_text().rstrip())
     elif not quiet:

@@ -43,11 +43,13 @@ class InputError(HookdumpError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """A signal (SIGTERM) that stops the run as Ctrl-C does; exit code 128 + the signal's number."""
+    """Ctrl-C (exit 130) or a signal (SIGTERM: 143, 128 + its number) that stops the run; ``detail`` says
+    what of it was kept."""
 
-    def __init__(self, exit_code: int) -> None:
+    def __init__(self, exit_code: int, detail: str = "nothing of this run was kept.") -> None:
         super().__init__(exit_code)
         self.exit_code = exit_code
+        self.detail = detail
 
 
 def closest(word: str, choices: list[str], n: int = 5) -> list[str]:

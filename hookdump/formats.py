@@ -10,10 +10,10 @@ import io
 import json
 import math
 import pickle
-import random
 import struct
 import sys
 import zipfile
+import zlib
 from collections import OrderedDict
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -74,7 +74,9 @@ def write_pt(source: Path, dest: Path, *, bfloat16: bool = False) -> None:
                 _copy(source, offset, math.prod(shape) * dtype.itemsize, out)
             _record(zf, f"{archive}/version", b"3\n")
             crc = zf.getinfo(f"{archive}/data/0").CRC
-            serial = f"{random.getrandbits(64):020d}{crc:020d}"  # 40 digits, as torch's writer makes them
+            # 40 digits, as torch's writer makes them; torch draws the first 20 at random, these come from the
+            # shape, so the same capture gives the same bytes (a resumed run equals an uninterrupted one)
+            serial = f"{zlib.crc32(repr((str(torch_dtype), shape)).encode()):020d}{crc:020d}"
             _record(zf, f"{archive}/.data/serialization_id", serial.encode())
     except BaseException:
         dest.unlink(missing_ok=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -15,7 +14,7 @@ import torch
 from torch import nn
 
 from .errors import InputError, UsageError
-from .images import check_image, describe, open_image
+from .images import check_image, describe
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 
@@ -48,8 +47,14 @@ def parse_input_size(text: str) -> tuple[int, int, int]:
     return c, h, w
 
 
-def collect(spec: InputSpec, exclude: tuple[Path, ...] = ()) -> list[Path]:
-    """Every image path the user named, in a stable order, checked; folder walks never enter ``exclude``."""
+def collect(
+    spec: InputSpec, exclude: tuple[Path, ...] = (), skipped: list[dict[str, str]] | None = None
+) -> list[Path]:
+    """Every image path the user named, in a stable order, checked; folder walks never enter ``exclude``.
+
+    With ``skipped`` (``--skip-bad``), a file that is not a readable image is recorded there (path, reason)
+    instead of stopping the run.
+    """
     given = sum([bool(spec.paths), spec.sample, spec.random])
     if given == 0:
         raise UsageError(
@@ -66,9 +71,17 @@ def collect(spec: InputSpec, exclude: tuple[Path, ...] = ()) -> list[Path]:
     found: list[Path] = []
     for text in spec.paths:
         found.extend(_expand(text, skip))
+    kept = []
     for path in found:
-        check_image(path)
-    return found
+        try:
+            check_image(path)
+        except InputError as exc:
+            if skipped is None:
+                raise
+            skipped.append({"path": str(path), "reason": exc.message})
+            continue
+        kept.append(path)
+    return kept
 
 
 def _expand(text: str, skip: frozenset[Path]) -> list[Path]:
@@ -132,25 +145,7 @@ def data_config(model: nn.Module, input_size: tuple[int, int, int] | None) -> di
     return config
 
 
-def eval_transform(config: dict[str, Any]) -> Callable[[Any], torch.Tensor]:
-    """The model's own eval transform (resize, center crop, normalize)."""
-    from timm.data import create_transform
-
-    return create_transform(**config, is_training=False)  # type: ignore[no-any-return]
-
-
-def batches(
-    paths: list[Path], config: dict[str, Any], batch_size: int
-) -> Iterator[tuple[list[Path], torch.Tensor]]:
-    """Load, transform and stack images ``batch_size`` at a time."""
-    transform = eval_transform(config)
-    mode = _model_mode(config)
-    for start in range(0, len(paths), batch_size):
-        chunk = paths[start : start + batch_size]
-        yield chunk, torch.stack([transform(open_image(path, mode)) for path in chunk])
-
-
-def _model_mode(config: dict[str, Any]) -> str:
+def model_mode(config: dict[str, Any]) -> str:
     return "L" if config["input_size"][0] == 1 else "RGB"
 
 
@@ -172,6 +167,6 @@ def records(paths: list[Path], source: InputSpec, config: dict[str, Any]) -> lis
     """The manifest's ``inputs``: each path with its sha256 and ``describe``, or the seeded random input."""
     if source.random:
         return [{"random": True, "seed": source.seed, "shape": [1, *config["input_size"]]}]
-    mode = _model_mode(config)
+    mode = model_mode(config)
     sample = {"sample": True} if source.sample else {}
     return [{"path": str(p), "sha256": sha256(p), **describe(p, mode), **sample} for p in paths]

@@ -29,6 +29,7 @@ class ModuleInfo:
     children: list[str]
     calls: int | None = None
     output_shapes: list[list[int]] = field(default_factory=list)
+    input_shapes: list[list[int]] = field(default_factory=list)  # positional tensor inputs, first call
     finished: int | None = None  # when its last call returned, counted in module returns of the traced pass
 
     @property
@@ -117,6 +118,7 @@ def trace(model: nn.Module, input_size: tuple[int, ...], device: torch.device | 
     finished: dict[str, int] = {}
     returns = [0]
     shapes: dict[str, list[list[int]]] = {}
+    in_shapes: dict[str, list[list[int]]] = {}
 
     def make_hook(name: str) -> Callable[[nn.Module, Any, Any], None]:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
@@ -125,6 +127,7 @@ def trace(model: nn.Module, input_size: tuple[int, ...], device: torch.device | 
             finished[name] = returns[0]
             if name not in shapes:
                 shapes[name] = tensor_shapes(output)
+                in_shapes[name] = tensor_shapes(args)
 
         return hook
 
@@ -144,6 +147,7 @@ def trace(model: nn.Module, input_size: tuple[int, ...], device: torch.device | 
     for info in inventory.modules:
         info.calls = calls[info.name]
         info.output_shapes = shapes.get(info.name, [])
+        info.input_shapes = in_shapes.get(info.name, [])
         info.finished = finished.get(info.name)
     inventory.traced_on = torch.device(device).type
     return inventory

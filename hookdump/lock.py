@@ -1,14 +1,13 @@
 """One capture at a time per output folder: a kernel lock (``flock``) on ``OUT/.hookdump.lock``.
 
 The kernel drops the lock when its process dies, even by SIGKILL, so a lock file left by a dead run is
-recognised as stale and simply taken over, and so are that run's scratch folders.
+recognised as stale and simply taken over.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import socket
 import time
 from pathlib import Path
@@ -16,7 +15,6 @@ from pathlib import Path
 from .errors import UsageError
 
 LOCK_FILE = ".hookdump.lock"
-SCRATCH_PREFIX = ".hookdump-partial-"
 
 
 class OutputLock:
@@ -26,8 +24,8 @@ class OutputLock:
         self.path = out / LOCK_FILE
         self._fd: int | None = None
 
-    def acquire(self) -> list[str]:
-        """Take the lock, or raise naming the run that holds it. Returns notes on stale leftovers removed."""
+    def acquire(self) -> None:
+        """Take the lock, or raise naming the run that holds it."""
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
             try:
@@ -45,22 +43,8 @@ class OutputLock:
                 break
             os.close(fd)
         self._fd = fd
-        stale = _read(fd)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {_now()}\n".encode(), 0)
-        return self._remove_stale_scratch(stale)
-
-    def _remove_stale_scratch(self, stale: str) -> list[str]:
-        """While we hold the lock no other run writes here: any scratch folder is a dead run's."""
-        left = sorted(p for p in self.path.parent.glob(SCRATCH_PREFIX + "*") if p.is_dir())
-        for folder in left:
-            shutil.rmtree(folder, ignore_errors=True)
-        if not left:
-            return []
-        who = f" ({stale})" if stale else ""
-        return [
-            f"removed {len(left)} scratch folder(s) left in {self.path.parent} by an interrupted capture{who}"
-        ]
 
     def release(self) -> None:
         """Remove the lock file and let go (idempotent)."""

@@ -47,6 +47,10 @@ def options_record(
         "save_dtype": opts.save_dtype,
         "batch_size": opts.batch_size,
         "early_stop": opts.early_stop,
+        "reduce": opts.reduce,
+        "shard_size": opts.shard_size,
+        "skip_bad": opts.skip_bad,
+        "workers": opts.workers,
     }
 
 
@@ -98,4 +102,18 @@ def header(
         },
         "inputs": records,
         **run,
+    }
+
+
+def incomplete(options: dict[str, Any], images_done: int, images_total: int) -> dict[str, Any]:
+    """The manifest of an interrupted capture: it says so, how far it got, and how to go on."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "complete": False,
+        "hookdump_version": __version__,
+        "cwd": os.getcwd(),
+        "progress": {"images_done": images_done, "images_total": images_total},
+        "resume": "rerun the same command with --resume to continue (or --overwrite to start again)",
+        "options": options,
+        "tensors": [],
     }

@@ -11,8 +11,10 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from .errors import InputError, UsageError, did_you_mean
+from .meta import _METADATA_OPS
 
 DEFAULT_MODEL = "alt_gvt_large"
 
@@ -104,27 +106,26 @@ def resolve_name(spec: ModelSpec) -> ResolvedName:
         timm_name = ALIASES[name]
         notes.append(f"model {name} is the Twins repository's name for timm's {timm_name}")
         return ResolvedName(name, timm_name, notes)
-    choices = sorted(set(timm.list_models()) | set(ALIASES))
-    raise InputError(
-        f"Unknown model `{name}`: timm has no model of that name.",
-        " ".join(
-            s
-            for s in (
-                did_you_mean(name, choices),
-                "`python -c 'import timm; print(timm.list_models(\"*name*\"))'` lists timm's models;"
-                " --import MODULE_OR_FILE adds your own.",
-            )
-            if s
-        ),
+    close = did_you_mean(name, sorted(set(timm.list_models()) | set(ALIASES)))
+    hint = (
+        "`python -c 'import timm; print(timm.list_models(\"*name*\"))'` lists timm's models;"
+        " --import MODULE_OR_FILE adds your own."
     )
+    raise InputError(f"Unknown model `{name}`: timm has no model of that name.", f"{close} {hint}".strip())
 
 
-def build(timm_name: str, *, pretrained: bool = False, meta: bool = False) -> nn.Module:
-    """Create the model with timm; on the meta device when ``meta`` (no weights allocated)."""
+def build(
+    timm_name: str, *, pretrained: bool = False, meta: bool = False, skip_init: bool = False
+) -> nn.Module:
+    """Create the model with timm; on the meta device when ``meta`` (no weights allocated); without weight
+    init when ``skip_init`` (parameters left uninitialised: a checkpoint is loaded over them)."""
     import timm
 
     try:
-        model = _build_meta(timm_name) if meta else timm.create_model(timm_name, pretrained=pretrained)
+        if meta or skip_init:
+            model = _build_meta(timm_name) if meta else _build_uninitialised(timm_name)
+        else:
+            model = timm.create_model(timm_name, pretrained=pretrained)
     except Exception as exc:
         if meta:
             raise
@@ -146,12 +147,14 @@ def build(timm_name: str, *, pretrained: bool = False, meta: bool = False) -> nn
 
 
 def check_hookable(model: object, name: str) -> None:
-    """Refuse models whose module hooks would never run: scripted, compiled, exported."""
-    if isinstance(model, torch.jit.ScriptModule):
-        kind, fix = (
-            "a TorchScript module",
-            "return the eager nn.Module, before torch.jit.script/trace",
-        )
+    """Refuse models whose module hooks would never run (scripted, compiled, exported) or would see only one
+    replica's share of each batch ((Distributed)DataParallel)."""
+    why = "would be skipped, so nothing would be captured"
+    if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+        kind, fix = f"wrapped in {type(model).__name__}", "return the bare module (model.module)"
+        why, fix = "would see only one replica's share of each batch", f"{fix}: hookdump puts it on --device"
+    elif isinstance(model, torch.jit.ScriptModule):
+        kind, fix = "a TorchScript module", "return the eager nn.Module, before torch.jit.script/trace"
     elif isinstance(model, nn.Module) and hasattr(model, "_orig_mod"):
         kind, fix = "a torch.compile'd module", "return the module before torch.compile (model._orig_mod)"
     elif not isinstance(model, nn.Module):
@@ -159,9 +162,7 @@ def check_hookable(model: object, name: str) -> None:
     else:
         return
     raise InputError(
-        f"Model `{name}` is {kind}: forward hooks on its submodules would be skipped, so nothing would be"
-        " captured.",
-        f"Let the model builder {fix}.",
+        f"Model `{name}` is {kind}: forward hooks on its submodules {why}.", f"Let the model builder {fix}."
     )
 
 
@@ -177,6 +178,45 @@ def _build_meta(timm_name: str) -> nn.Module:
     except Exception:
         with torch.device("meta"):
             return timm.create_model(timm_name)  # type: ignore[no-any-return]
+
+
+class _SkipInit(TorchFunctionMode):
+    """Skip in-place writes of values into parameters, their ``.data`` and views (weight init, including
+    reset_parameters); all else runs: non-persistent buffers are computed as always."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.aliases: dict[int, torch.Tensor] = {}  # kept alive while building, so their ids stay unique
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        first: Any = args[0] if args else kwargs.get("tensor")  # torch.nn.init passes `tensor=` by keyword
+        if not isinstance(first, nn.Parameter) and id(first) not in self.aliases:
+            return func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        if name.endswith("_") and not name.endswith("__") and name not in _METADATA_OPS:
+            return first
+        out, storage = func(*args, **kwargs), first.untyped_storage().data_ptr()
+        if isinstance(out, torch.Tensor) and out.untyped_storage().data_ptr() == storage:
+            self.aliases[id(out)] = out  # `.data`, a view, a detach(): writes into it are writes into `first`
+        return out
+
+
+def _build_uninitialised(timm_name: str) -> nn.Module:
+    """Without weight init; normally, from the same random state, if the builder raises (reads its init) or
+    a parameter would not be in the state dict (so not overwritten by the checkpoint)."""
+    import timm
+
+    try:
+        with torch.random.fork_rng(devices=[]), _SkipInit():
+            model: nn.Module = timm.create_model(timm_name)
+        if {k for k, _ in model.named_parameters(remove_duplicate=False)} <= model.state_dict().keys():
+            return model
+    except Exception:
+        pass
+    return timm.create_model(timm_name)  # type: ignore[no-any-return]
 
 
 def read_checkpoint(path: Path, *, meta: bool = False) -> dict[str, torch.Tensor]:
@@ -305,11 +345,13 @@ def resolve_device(spec: str) -> torch.device:
 def load(spec: ModelSpec, timm_name: str) -> tuple[nn.Module, list[str]]:
     """Build the real model (on the CPU) with its weights; return it and what to say about the weights.
 
-    Random weights are drawn from ``spec.seed`` without touching the caller's random state.
+    Random weights are drawn from ``spec.seed`` without touching the caller's random state; with a
+    checkpoint, weight init is skipped (its values would be overwritten).
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
-        model = build(timm_name, pretrained=spec.pretrained)
+        skip_init = spec.checkpoint is not None and not spec.pretrained  # the checkpoint overwrites them all
+        model = build(timm_name, pretrained=spec.pretrained, skip_init=skip_init)
     if spec.checkpoint is not None:
         load_checkpoint(model, spec.checkpoint, timm_name)
         note = f"weights: {spec.checkpoint}"

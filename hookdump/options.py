@@ -17,6 +17,12 @@ class CaptureOptions:
         grad: also save the gradient of each captured output, for class ``target`` (default: top class).
         dtype: compute precision (autocast); ``save_dtype="keep"`` saves tensors in it instead of float32.
         early_stop: stop the forward pass once every wanted layer has run (never with ``grad``).
+        save_dtype: ``float32``, ``float16``, ``bfloat16`` (not in .npy) or ``keep`` (as computed).
+        reduce: ``none``, or pool each map at hook time: ``mean`` / ``max`` over space (or tokens), ``cls``.
+        shard_size: safetensors shards of at most this size (``2GB``, ``500MB``, bytes); None: one file.
+        workers: image-decoding worker processes (0: in process; None: a number that suits the machine).
+        skip_bad: record unreadable images in the manifest and go on, instead of stopping.
+        resume: continue the interrupted capture in ``out`` (same options, same inputs).
     """
 
     out: Path = Path("hookdump-out")
@@ -31,3 +37,8 @@ class CaptureOptions:
     batch_size: int = 16
     early_stop: bool = True
     overwrite: bool = False
+    reduce: str = "none"
+    shard_size: str | None = None
+    workers: int | None = None
+    skip_bad: bool = False
+    resume: bool = False

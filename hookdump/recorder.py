@@ -14,7 +14,8 @@ from .errors import LayerError, UsageError
 from .inventory import is_container
 from .layers import LayerTarget, call_out_of_range
 from .outputs import leaves
-from .records import Captured, Key
+from .records import Captured, Key, key_from_json
+from .reduce import reduce as pool
 
 
 def _caller(path: str, modules: dict[str, nn.Module]) -> str:
@@ -46,6 +47,7 @@ class Recorder:
             there is still seen).
         finished: when each module last returned in the traced pass; early stop is not armed when the point
             where it would stop is the last module to return (nothing would be skipped).
+        reduce: ``--reduce``: pool each tensor at hook time (``reduce.reduce``).
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class Recorder:
         grad: bool = False,
         expected_calls: dict[str, int] | None = None,
         finished: dict[str, int] | None = None,
+        reduce: str = "none",
     ) -> None:
         self.model = model
         self.what = what
@@ -68,6 +71,7 @@ class Recorder:
             )
         self.last_call = self._last_calls(expected_calls) if expected_calls is not None and not grad else None
         self.finished = finished or {}
+        self.reduce = reduce
         self.batch: dict[Key, torch.Tensor] = {}  # this forward pass's copies, until drained
         self.seen: dict[Key, None] = {}  # every key ever captured, in order
         self.other: dict[Key, str] = {}  # non-tensor leaves, as repr
@@ -180,7 +184,7 @@ class Recorder:
             value.register_hook(keep_grad)  # type: ignore[no-untyped-call]
 
     def _store(self, key: Key, tensor: torch.Tensor) -> None:
-        self.batch[key] = tensor.detach().to("cpu", copy=True)
+        self.batch[key] = pool(tensor.detach(), self.reduce).to("cpu", copy=True)
         self.seen[key] = None
 
     def drain(self) -> dict[Key, torch.Tensor]:
@@ -233,6 +237,24 @@ class Recorder:
             if missing:
                 raise call_out_of_range(path, missing[0], count)
             self.calls_per_forward[path] = max(self.calls_per_forward[path], count)
+
+    def state(self) -> dict[str, Any]:
+        """What the finished batches taught: kept keys, calls, in-place changes, non-tensor values (JSON)."""
+        return {
+            "seen": [list(k) for k in self.seen],
+            "other": [[*k, v] for k, v in self.other.items()],
+            "modified": [list(k) for k in self.modified],
+            "calls_per_forward": self.calls_per_forward,
+            "stopped_early": self.stopped_early,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from ``state()`` of an interrupted run (``--resume``)."""
+        self.seen = {key_from_json(k): None for k in state["seen"]}
+        self.other = {key_from_json(k[:4]): k[4] for k in state["other"]}
+        self.modified = {key_from_json(k) for k in state["modified"]}
+        self.calls_per_forward.update(state["calls_per_forward"])
+        self.stopped_early = state["stopped_early"]
 
     def entries(self) -> list[Captured]:
         """Every captured tensor, ordered by layer, call, then input / output / grad."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 Key = tuple[str, str, "str | None", int]  # layer, kind ("output" / "input"), index, call
 
@@ -30,3 +31,9 @@ class Captured:
             return f"{name}.in{self.index}"
         name = name if self.index is None else f"{name}.out{self.index}"
         return f"{name}.grad" if self.kind == "grad" else name
+
+
+def key_from_json(items: list[Any]) -> Key:
+    """A key read back from JSON (``progress.json``), where tuples became lists."""
+    layer, kind, index, call = items
+    return (layer, kind, index, int(call))

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .units import human_bytes
+
 if TYPE_CHECKING:
     from .api import CapturePlan, CaptureResult, ModuleTree
     from .inventory import ModuleInfo
@@ -160,12 +162,33 @@ def capture_summary(result: CaptureResult) -> str:
 
 
 def plan(found: CapturePlan) -> str:
-    """``--dry-run``: each module that would be hooked, its class, calls and output shapes."""
+    """``--dry-run``: each module that would be hooked, its class, calls, output shapes and file size."""
+    sizes = found.sizes
     rows = [
-        (m.name, m.type, f"x{m.calls}" if m.calls and m.calls > 1 else "", shape_text(m.output_shapes))
+        (
+            m.name, m.type, f"x{m.calls}" if m.calls and m.calls > 1 else "", shape_text(m.output_shapes),
+            human_bytes(sum(v for k, v in sizes.items() if k.split("@")[0] == m.name)),
+        )
+        for m in found.modules
+    ]  # fmt: skip
+    rows_text = _aligned(rows)
+    images = len(found.paths) if found.source is not None and not found.source.random else 1
+    formats = ", ".join(found.options.formats)
+    how = (
+        found.options.save_dtype
+        if found.options.reduce == "none"
+        else f"{found.options.save_dtype}, --reduce {found.options.reduce}"
+    )
+    total = f"would write about {human_bytes(found.total_bytes)} for {images} input(s) ({formats}, {how})"
+    return "\n".join([f"would hook {len(rows)} module(s) of {found.tree.requested}:", *rows_text, total])
+
+
+def plan_dict(found: CapturePlan) -> list[dict[str, Any]]:
+    """``--dry-run --json``: the modules it would hook, each with ``bytes`` (its files in one format)."""
+    return [
+        {**m.as_dict(), "bytes": sum(v for k, v in found.sizes.items() if k.split("@")[0] == m.name)}
         for m in found.modules
     ]
-    return "\n".join([f"would hook {len(rows)} module(s) of {found.tree.requested}:", *_aligned(rows)])
 
 
 def _aligned(rows: Sequence[tuple[str, ...]]) -> list[str]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .loader import Batch
 from .recorder import Recorder
 from .records import Key
 
@@ -28,25 +29,25 @@ class Run:
 def forward_all(
     net: torch.nn.Module,
     recorder: Recorder,
-    batches: Iterable[torch.Tensor],
+    batches: Iterable[Batch],
     run: Run,
     label: str,
-    sink: Callable[[dict[Key, torch.Tensor]], None],
-) -> list[int]:
+    sink: Callable[[dict[Key, torch.Tensor], Batch, list[int]], None],
+) -> None:
     """Every batch through the model in eval mode; mode and requires_grad restored whatever happens.
 
     Without grad the pass runs under ``no_grad`` (not ``inference_mode``: its tensors keep the version
     counter that tells when a captured tensor is changed in place later). With grad the parameters are
     frozen and the input requires grad, so only the activations' gradients are computed.
 
-    Each batch's copies go to ``sink`` as soon as its pass is done.
-    Returns the class whose score was differentiated, per image (empty without grad).
+    Each batch's copies go to ``sink`` as soon as its pass is done, with the batch and the class whose
+    score was differentiated per image (empty without grad). A batch that --skip-bad emptied still goes to
+    ``sink`` (it moves the run on), without a forward pass.
     """
     was_training = net.training
     params = [(p, p.requires_grad) for p in net.parameters()]
     autocast = DTYPES[run.dtype]
     precision = torch.autocast(run.device.type, autocast) if autocast else contextlib.nullcontext()
-    classes: list[int] = []
     try:
         net.eval()
         if run.channels_last:
@@ -55,13 +56,15 @@ def forward_all(
             p.requires_grad_(False)
         with recorder, precision, torch.set_grad_enabled(run.grad):
             for batch in batches:
-                batch = batch.to(run.device)
-                if run.channels_last and batch.dim() == 4:
-                    batch = batch.contiguous(memory_format=torch.channels_last)
-                classes += recorder.run(batch.requires_grad_(run.grad), label, run.target)
-                sink(recorder.drain())
+                if batch.tensor is None:
+                    sink({}, batch, [])
+                    continue
+                x = batch.tensor.to(run.device, non_blocking=True)
+                if run.channels_last and x.dim() == 4:
+                    x = x.contiguous(memory_format=torch.channels_last)
+                classes = recorder.run(x.requires_grad_(run.grad), label, run.target)
+                sink(recorder.drain(), batch, classes)
     finally:
         net.train(was_training)
         for p, requires_grad in params:
             p.requires_grad_(requires_grad)
-    return classes

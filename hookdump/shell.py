@@ -32,9 +32,10 @@ class _JsonMode:
 class _Stopped(Exception):
     """Ctrl-C or SIGTERM, carried past click (which would turn every KeyboardInterrupt into exit 130)."""
 
-    def __init__(self, code: int) -> None:
+    def __init__(self, code: int, detail: str) -> None:
         super().__init__(code)
         self.code = code
+        self.detail = detail
 
 
 def error_object(message: str, kind: str, exit_code: int, hint: str | None) -> dict[str, Any]:
@@ -59,7 +60,7 @@ def fail(message: str, kind: str, exit_code: int, hint: str | None = None) -> No
 
 def _fail_for(exc: BaseException) -> NoReturn:
     if isinstance(exc, _Stopped):
-        fail(f"interrupted ({exc.code}): nothing of this run was kept.", "interrupted", exc.code)
+        fail(f"interrupted ({exc.code}): {exc.detail}", "interrupted", exc.code)
     if isinstance(exc, NoArgsIsHelpError):  # the help is already printed
         sys.exit(exc.exit_code)
     if isinstance(exc, ClickException):
@@ -95,8 +96,10 @@ class Group(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt as exc:  # the run's scratch files are already removed
-            raise _Stopped(exc.exit_code if isinstance(exc, Interrupted) else 130) from None
+        except KeyboardInterrupt as exc:  # what the run keeps is settled: Interrupted.detail says what
+            if isinstance(exc, Interrupted):
+                raise _Stopped(exc.exit_code, exc.detail) from None
+            raise _Stopped(130, Interrupted(130).detail) from None
 
 
 def set_json(value: bool) -> bool:

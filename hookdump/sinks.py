@@ -5,22 +5,23 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from . import outdir
 from .errors import UsageError, check_choice
-from .formats import write_pt, write_safetensors
-from .lock import SCRATCH_PREFIX, OutputLock
+from .formats import SAFETENSORS_FILE, SAFETENSORS_INDEX, write_pt, write_safetensors
+from .lock import OutputLock
 from .manifest import MANIFEST
-from .records import Captured, Key
+from .outdir import PROGRESS, SCRATCH
+from .records import Captured, Key, key_from_json
 from .stream import NpyStream
 
 FORMATS = ("npy", "pt", "safetensors")
-SAVE_DTYPES = ("float32", "keep")
+SAVE_DTYPES = ("float32", "float16", "bfloat16", "keep")
 
 
 @dataclass
@@ -58,87 +59,134 @@ def parse_formats(text: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return formats
 
 
-def check_out_dir(out: Path, overwrite: bool) -> None:
-    """Refuse, before any work, to mix a new capture into a folder that holds one."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out `{out}` is a file, not a folder.", "Choose another --out.")
-    parent = next(p for p in [out, *out.absolute().parents] if p.exists())
-    if not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise UsageError(
-            f"--out `{out}` cannot be created: `{parent}` is not a writable folder.", "Choose another --out."
-        )
-    if (out / MANIFEST).exists() and not overwrite:
-        raise UsageError(
-            f"`{out}` already holds a capture ({MANIFEST}).",
-            "Pass --overwrite to replace it, or choose another --out.",
-        )
-
-
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
 def check_save_dtype(save_dtype: str, formats: tuple[str, ...], dtypes: set[torch.dtype]) -> None:
-    """``keep`` writes tensors as the model made them; numpy cannot hold bfloat16."""
+    """``keep`` writes tensors as the model made them, ``float16`` / ``bfloat16`` halve the files; numpy
+    cannot hold bfloat16."""
     check_choice("--save-dtype", save_dtype, SAVE_DTYPES)
-    if save_dtype == "keep" and "npy" in formats and torch.bfloat16 in dtypes:
+    if "npy" in formats and (save_dtype == "bfloat16" or (save_dtype == "keep" and torch.bfloat16 in dtypes)):
+        what = "--save-dtype bfloat16" if save_dtype == "bfloat16" else "--save-dtype keep"
         raise UsageError(
-            "--save-dtype keep cannot write bfloat16 tensors to .npy: numpy has no bfloat16.",
-            "Use --format pt or --format safetensors (both keep bfloat16), or drop --save-dtype keep"
-            " to save float32.",
+            f"{what} cannot write bfloat16 tensors to .npy: numpy has no bfloat16.",
+            "Use --format pt or --format safetensors (both keep bfloat16), or --save-dtype float16"
+            " (or float32).",
         )
 
 
 def _for_saving(tensor: torch.Tensor, save_dtype: str) -> torch.Tensor:
-    """Float tensors are saved as float32 unless ``keep``; the manifest records the original dtype."""
+    """Float tensors are saved as ``save_dtype`` unless ``keep``; the manifest records the original dtype."""
     if save_dtype == "keep" or not tensor.is_floating_point():
         return tensor
-    return tensor.float()
+    return tensor.to(getattr(torch, save_dtype))
 
 
 class Writer:
-    """Streams each batch's tensors into a scratch folder inside ``out``; ``commit`` moves the files in
-    place and writes the manifest last. Leaving the ``with`` block without a commit (an error) removes the
-    scratch folder, and ``out`` too when this writer created it: no half-written output."""
+    """Streams each batch's tensors into ``OUT/.hookdump-partial``; ``commit`` moves the files in place and
+    writes the manifest last. ``checkpoint`` records after each batch how far the run got, so that an
+    interrupted run (``suspend``: Ctrl-C, SIGTERM; or SIGKILL, which leaves the last checkpoint) can be
+    continued with ``resume``. Leaving the ``with`` block on an error removes the scratch folder (and ``out``
+    when this writer created it): no half-written output; a resumed run keeps it, at its last checkpoint.
+    """
 
     def __init__(
-        self, out: Path, formats: tuple[str, ...], save_dtype: str = "float32", overwrite: bool = False
+        self,
+        out: Path,
+        formats: tuple[str, ...],
+        save_dtype: str = "float32",
+        overwrite: bool = False,
+        resume: bool = False,
+        shard_bytes: int | None = None,
     ) -> None:
         self.out = out
         self.formats = formats
         self.save_dtype = save_dtype
         self.overwrite = overwrite
+        self.resume = resume
+        self.shard_bytes = shard_bytes
+        self.scratch = out / SCRATCH
         self.streams: dict[Key, NpyStream] = {}
         self.source_dtypes: dict[Key, torch.dtype] = {}
         self.notes: list[str] = []
-        self.scratch: Path | None = None
+        self.resumed: dict[str, Any] | None = None  # the progress continued from, with --resume
+        self._keep_scratch = False
 
     def __enter__(self) -> Writer:
-        """Create ``out``, lock it (one capture at a time), clear a dead run's leftovers, open a scratch."""
+        """Create ``out``, lock it (one capture at a time), then continue or clear its scratch folder."""
         self._created = not self.out.exists()
         self.out.mkdir(parents=True, exist_ok=True)
         self.lock = OutputLock(self.out)
         try:
-            self.notes = self.lock.acquire()
-            check_out_dir(self.out, self.overwrite)  # again, now that no other run can write here
-            self.scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=self.out))
+            self.lock.acquire()
+            outdir.check(self.out, self.overwrite, self.resume)  # again, now that no other run writes here
+            if self.resume:
+                self._reopen()
+            else:
+                self._clear_scratch()
+                self.scratch.mkdir()
         except BaseException:
             self.__exit__()
             raise
         return self
 
+    def _clear_scratch(self) -> None:
+        """Without --resume, what an earlier run left in the scratch folder goes (it was refused above unless
+        --overwrite was given, or it holds no batch at all)."""
+        old = [self.scratch, *self.out.glob(f"{SCRATCH}-*")]  # the second: scratch of hookdump 0.1
+        gone = [p for p in old if p.is_dir()]
+        for folder in gone:
+            shutil.rmtree(folder)
+        if gone:
+            self.notes.append(
+                f"removed {len(gone)} scratch folder(s) left in {self.out} by an interrupted capture"
+            )
+
+    def _reopen(self) -> None:
+        self.resumed = outdir.read_progress(self.out)
+        assert self.resumed is not None, "outdir.check makes sure"
+        for state in self.resumed["streams"]:
+            key = key_from_json(state["key"])
+            self.streams[key] = NpyStream.reopen(self.scratch, key[0], state)
+            self.source_dtypes[key] = getattr(torch, state["source_dtype"])
+        self._keep_scratch = True
+
     def __exit__(self, *exc: object) -> None:
         for stream in self.streams.values():
             stream.close()
-        if self.scratch is not None:
+        if not self._keep_scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
         self.lock.release()
         if self._created and self.out.is_dir() and not any(self.out.iterdir()):
             self.out.rmdir()
 
+    def checkpoint(self, progress: dict[str, Any]) -> None:
+        """After a batch reached the files: record it (and ``progress``: inputs, options, recorder state)."""
+        streams = [
+            {"key": list(key), **stream.state(), "source_dtype": _dtype_name(self.source_dtypes[key])}
+            for key, stream in self.streams.items()
+        ]
+        _write_json(self.scratch / PROGRESS, {**progress, "streams": streams})
+
+    @property
+    def kept(self) -> bool:
+        """Whether the scratch folder stays when this writer closes (for --resume)."""
+        return self._keep_scratch
+
+    def bytes_written(self) -> int:
+        """What the streams hold so far."""
+        return sum(s.path.stat().st_size for s in self.streams.values() if s.path.exists())
+
+    def suspend(self, manifest: dict[str, Any]) -> None:
+        """Interrupted: keep the scratch folder for --resume, and say so in ``manifest.json`` unless the
+        folder holds a finished capture (which an interrupted --overwrite must not damage)."""
+        self._keep_scratch = (self.scratch / PROGRESS).exists()
+        if self._keep_scratch and outdir.read_manifest(self.out) is None:
+            _write_json(self.out / MANIFEST, manifest)
+
     def append(self, batch: dict[Key, torch.Tensor]) -> None:
         """Add one forward pass's tensors, each to its own stream."""
-        assert self.scratch is not None, "append inside the with block"
         for key, tensor in batch.items():
             if key not in self.streams:  # a stream keeps its first dtype: one check is enough
                 check_save_dtype(self.save_dtype, self.formats, {tensor.dtype})
@@ -150,7 +198,6 @@ class Writer:
         """Name the files, write the other formats from the streams (never holding a whole tensor), move
         everything into ``out``, manifest last."""
         scratch = self.scratch
-        assert scratch is not None, "commit inside the with block"
         streams = [self.streams[item.key] for item in entries]
         for stream in streams:
             stream.close()
@@ -165,7 +212,7 @@ class Writer:
             items = [
                 (i.stem, s.path, s.dtype == torch.bfloat16) for i, s in zip(entries, streams, strict=True)
             ]
-            for key, name in write_safetensors(items, scratch):
+            for key, name in write_safetensors(items, scratch, max_shard_bytes=self.shard_bytes):
                 files[(key, "safetensors")] = name
         saved = [
             SavedTensor(
@@ -189,12 +236,10 @@ class Writer:
                 os.replace(stream.path, scratch / f"{item.stem}.npy")
         _remove_previous(self.out)
         for path in scratch.glob("*.*"):
-            if not path.name.startswith("stream-"):
+            if not path.name.startswith("stream-") and path.name != PROGRESS:
                 os.replace(path, self.out / path.name)
-        manifest = {**header, "tensors": [s.as_dict() for s in saved]}
-        tmp = scratch / MANIFEST
-        tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-        os.replace(tmp, self.out / MANIFEST)
+        _write_json(self.out / MANIFEST, {**header, "tensors": [s.as_dict() for s in saved]})
+        self._keep_scratch = False
         return saved
 
 
@@ -208,8 +253,17 @@ def _remove_previous(out: Path) -> None:
         files = {entry["file"] for entry in old.get("tensors", [])}
     except (ValueError, KeyError, TypeError, AttributeError):
         files = set()
+    if any(name != SAFETENSORS_FILE and name.startswith("tensors-") for name in files):
+        files.add(SAFETENSORS_INDEX)
     manifest.unlink()
     for name in files:
         path = out / name
         if path.parent == out and path.is_file():
             path.unlink()
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Atomically: a temporary file beside it, then a rename (a reader never sees half a file)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)

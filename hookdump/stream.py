@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -26,8 +27,33 @@ class NpyStream:
         self.rows = 0
         self.trailing: tuple[int, ...] | None = None
         self.dtype: torch.dtype | None = None
-        self._file = path.open("wb")
+        self._file: BinaryIO = path.open("wb")
         self._file.write(b"\0" * HEADER_BYTES)
+
+    @classmethod
+    def reopen(cls, folder: Path, name: str, state: dict[str, Any]) -> NpyStream:
+        """Continue a stream an interrupted run left (``state()`` says how far it got): keep its rows, drop
+        whatever of a later batch reached the file, append from there."""
+        stream = cls.__new__(cls)
+        stream.path, stream.name, stream.rows = folder / state["file"], name, int(state["rows"])
+        stream.trailing = tuple(state["trailing"])
+        stream.dtype = getattr(torch, state["dtype"])
+        row_bytes = (
+            int(np.prod(stream.trailing, dtype=np.int64)) * torch.empty(0, dtype=stream.dtype).element_size()
+        )
+        stream._file = stream.path.open("r+b")
+        stream._file.truncate(HEADER_BYTES + stream.rows * row_bytes)
+        stream._file.seek(0, 2)
+        return stream
+
+    def state(self) -> dict[str, Any]:
+        """What ``reopen`` needs, as JSON."""
+        return {
+            "file": self.path.name,
+            "rows": self.rows,
+            "trailing": list(self.trailing or ()),
+            "dtype": str(self.dtype or torch.float32).removeprefix("torch."),
+        }
 
     def append(self, tensor: torch.Tensor) -> None:
         """Add a batch (a 0-d tensor counts as one row)."""

@@ -54,7 +54,11 @@ def _wait_for(pattern: str, folder: Path, proc: subprocess.Popen[str], timeout: 
 
 
 def _scratch(out: Path) -> list[Path]:
-    return sorted(out.glob(".hookdump-partial-*")) if out.is_dir() else []
+    return sorted(out.glob(".hookdump-partial*")) if out.is_dir() else []
+
+
+def _visible(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in out.iterdir() if not p.name.startswith(".")}
 
 
 def test_random_weights_come_from_the_seed_and_repeat_byte_for_byte(cli, tmp_path: Path) -> None:
@@ -95,37 +99,39 @@ def test_a_second_capture_into_a_running_ones_folder_is_refused(cli, tmp_path: P
     photos, out = _photos(tmp_path / "photos", 40), tmp_path / "out"
     first = _start(["capture", *SLOW, str(photos), "-o", str(out)])
     _wait_for(".hookdump.lock", out, first)
-    _wait_for(".hookdump-partial-*", out, first)
+    _wait_for(".hookdump-partial/progress.json", out, first)
     second = cli("capture", *MODEL, "-l", "conv1", "--random-input", "-o", out, "--overwrite")
     assert second.exit_code == 2, second.stderr
     assert f"is being written by another hookdump capture (pid {first.pid}" in second.stderr
     dry = cli("capture", *MODEL, "-l", "conv1", "--random-input", "-o", out, "--dry-run")
     assert dry.exit_code == 2 and "being written by another hookdump capture" in dry.stderr
-    # SIGTERM (sent by `timeout`, CI time-outs, `docker stop`) unwinds like Ctrl-C: exit 143, no leftovers
+    # SIGTERM (sent by `timeout`, CI time-outs, `docker stop`) stops it like Ctrl-C: exit 143, the lock is
+    # gone, and the folder says the capture is incomplete
     first.send_signal(signal.SIGTERM)
     _, err = first.communicate(timeout=60)
     assert first.returncode == 143, err
-    assert "interrupted" in err and "Traceback" not in err
-    assert not out.exists()  # the run created it, and nothing of it is kept
+    assert "interrupted (143)" in err and "--resume" in err and "Traceback" not in err
+    assert json.loads((out / "manifest.json").read_text())["complete"] is False
+    assert not (out / ".hookdump.lock").exists()
 
 
 def test_ctrl_c_exits_130_and_keeps_an_earlier_capture(cli, tmp_path: Path) -> None:
     photos, out = _photos(tmp_path / "photos", 40), tmp_path / "out"
     assert cli("capture", *MODEL, "-l", "conv1", "--random-input", "-o", out).exit_code == 0
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    before = _visible(out)
     run = _start(["capture", *SLOW, str(photos), "-o", str(out), "--overwrite"])
-    _wait_for(".hookdump-partial-*/stream-0.npy", out, run)
+    _wait_for(".hookdump-partial/progress.json", out, run)
     run.send_signal(signal.SIGINT)
     _, err = run.communicate(timeout=60)
     assert run.returncode == 130, err
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert _visible(out) == before  # the finished capture is not damaged; the interrupted one waits beside it
 
 
 def test_a_killed_runs_scratch_is_removed_by_the_next_run(cli, tmp_path: Path) -> None:
     photos, out = _photos(tmp_path / "photos", 40), tmp_path / "out"
     assert cli("capture", *MODEL, "-l", "conv1", "--random-input", "-o", out).exit_code == 0
     killed = _start(["capture", *SLOW, str(photos), "-o", str(out), "--overwrite"])
-    _wait_for(".hookdump-partial-*/stream-0.npy", out, killed)
+    _wait_for(".hookdump-partial/stream-0.npy", out, killed)
     killed.send_signal(signal.SIGKILL)
     killed.communicate(timeout=60)
     assert len(_scratch(out)) == 1 and (out / ".hookdump.lock").exists()  # what SIGKILL leaves

@@ -1,0 +1,67 @@
+"""What a capture will write, known before it runs: the meta pass's shapes x the number of inputs x the
+storage dtype, per layer and in all; and whether that fits on the output folder's disk."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from .errors import InputError
+from .inventory import Inventory
+from .layers import LayerTarget
+from .options import CaptureOptions
+from .reduce import reduced_shape
+from .units import human_bytes
+
+
+def _element_bytes(opts: CaptureOptions) -> int:
+    if opts.save_dtype in ("float16", "bfloat16"):
+        return 2
+    if opts.save_dtype == "keep" and opts.dtype != "float32":
+        return 2
+    return 4
+
+
+def per_layer(
+    inventory: Inventory, targets: list[LayerTarget], opts: CaptureOptions, rows: int
+) -> dict[str, int]:
+    """Bytes each target's files take in one format (every call, output / input / gradient as asked)."""
+    sizes: dict[str, int] = {}
+    for target in targets:
+        info = inventory.get(target.path)
+        if info is None:
+            continue
+        calls = 1 if target.call is not None else max(info.calls or 1, 1)
+        leaves: list[list[int]] = []
+        if opts.what in ("output", "both"):
+            leaves += info.output_shapes * (2 if opts.grad else 1)
+        if opts.what in ("input", "both"):
+            leaves += info.input_shapes
+        per_row = sum(_numel(reduced_shape(s, opts.reduce)[1:]) for s in leaves if s)
+        label = target.path if target.call is None else f"{target.path}@{target.call}"
+        sizes[label] = per_row * rows * calls * _element_bytes(opts)
+    return sizes
+
+
+def total(sizes: dict[str, int], opts: CaptureOptions) -> int:
+    """Peak disk use: every format is a full copy, and the streamed .npy exists while the others are made."""
+    return sum(sizes.values()) * (1 + sum(1 for f in opts.formats if f != "npy"))
+
+
+def check_fits(needed: int, out: Path, already: int = 0) -> None:
+    """Stop now, with the figures, when the capture cannot fit on the disk that holds ``out``."""
+    existing = next(p for p in [out, *out.absolute().parents] if p.exists())
+    free = shutil.disk_usage(existing).free
+    if needed - already > free:
+        raise InputError(
+            f"This capture needs about {human_bytes(needed)} and `{existing}` has {human_bytes(free)} free.",
+            "Free some space, choose an --out on a larger disk, or write less: fewer layers or inputs,"
+            " --reduce mean, --save-dtype float16, one --format.",
+        )
+
+
+def _numel(dims: list[int]) -> int:
+    count = 1
+    for d in dims:
+        count *= d
+    return count

@@ -1,0 +1,102 @@
+"""The output folder: what it holds (nothing, a finished capture, an interrupted one), and whether this run
+may write there (``--overwrite``, ``--resume``). An interrupted capture is its scratch folder
+``OUT/.hookdump-partial`` with ``progress.json``, written after every batch that reached the disk."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+from .manifest import MANIFEST
+
+SCRATCH = ".hookdump-partial"
+PROGRESS = "progress.json"
+
+
+def read_manifest(out: Path) -> dict[str, Any] | None:
+    """The folder's manifest, or None (absent or unreadable)."""
+    try:
+        data = json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_progress(out: Path) -> dict[str, Any] | None:
+    """How far an interrupted capture got, or None when there is none to resume."""
+    try:
+        data = json.loads((out / SCRATCH / PROGRESS).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def check(out: Path, overwrite: bool, resume: bool) -> None:
+    """Refuse, before any work, a folder this run may not write: a file, an unwritable place, a finished
+    capture (without ``--overwrite``), an interrupted one (without ``--resume`` or ``--overwrite``)."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out `{out}` is a file, not a folder.", "Choose another --out.")
+    parent = next(p for p in [out, *out.absolute().parents] if p.exists())
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise UsageError(
+            f"--out `{out}` cannot be created: `{parent}` is not a writable folder.", "Choose another --out."
+        )
+    if overwrite and resume:
+        raise UsageError("--overwrite starts again, --resume continues: not both.", "Keep one of them.")
+    manifest, progress = read_manifest(out), read_progress(out)
+    finished = manifest is not None and manifest.get("complete", True) is not False
+    if resume and progress is None:
+        why = (
+            "its capture is finished"
+            if finished
+            else f"it holds no interrupted capture ({SCRATCH}/{PROGRESS})"
+        )
+        raise UsageError(
+            f"Nothing to resume in `{out}`: {why}.", "Drop --resume (and pass --overwrite to redo it)."
+        )
+    if progress is not None and not (resume or overwrite):
+        raise UsageError(
+            f"`{out}` holds an interrupted capture ({progress_text(progress)}).",
+            "Rerun the same command with --resume to continue it, or with --overwrite to start again.",
+        )
+    if finished and not (overwrite or resume):
+        raise UsageError(
+            f"`{out}` already holds a capture ({MANIFEST}).",
+            "Pass --overwrite to replace it, or choose another --out.",
+        )
+
+
+def progress_text(progress: dict[str, Any]) -> str:
+    """``64 of 256 images done``."""
+    return f"{progress.get('images', 0)} of {progress.get('total', '?')} images done"
+
+
+def check_same_run(progress: dict[str, Any], options: dict[str, Any], inputs: list[str]) -> None:
+    """``--resume`` continues the same run: same options (the output folder and the number of decoding
+    workers aside: neither changes a byte), same inputs."""
+    free = ("out", "workers")
+    before = {k: v for k, v in progress.get("options", {}).items() if k not in free}
+    now = {k: v for k, v in options.items() if k not in free}
+    changed = [k for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
+    if changed:
+        diff = "; ".join(f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in changed)
+        raise UsageError(
+            f"--resume continues a capture made with other options ({diff}).",
+            "Resume with the options it was started with (its manifest or progress.json lists them), or"
+            " pass --overwrite to start again with these.",
+        )
+    old = progress.get("inputs", [])
+    if old != inputs:
+        first = next((i for i, (a, b) in enumerate(zip(old, inputs, strict=False)) if a != b), None)
+        where = (
+            f"row {first}: `{old[first]}` then, `{inputs[first]}` now"
+            if first is not None
+            else f"{len(old)} inputs then, {len(inputs)} now"
+        )
+        raise UsageError(
+            f"--resume continues a capture of other inputs ({where}).",
+            "Resume with the same inputs, or pass --overwrite to start again.",
+        )

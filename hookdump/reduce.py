@@ -1,0 +1,47 @@
+"""``--reduce``: pool each captured map at hook time, into the ``(N, C)`` form linear probes, RSA and
+retrieval take: the spatial mean or max of ``(N, C, H, W)`` and of token maps ``(N, L, C)``, or the class
+token (the first) of a token map."""
+
+from __future__ import annotations
+
+import torch
+
+from .errors import UsageError
+
+REDUCTIONS = ("none", "mean", "max", "cls")
+
+
+def reduced_shape(shape: list[int], how: str) -> list[int]:
+    """The shape a tensor of ``shape`` has once reduced (unchanged when there is nothing to pool)."""
+    if how == "none" or len(shape) not in (3, 4):
+        return list(shape)
+    if how == "cls" and len(shape) != 3:
+        return list(shape)
+    return [shape[0], shape[1]] if len(shape) == 4 else [shape[0], shape[2]]
+
+
+def reduce(tensor: torch.Tensor, how: str) -> torch.Tensor:
+    """``tensor`` pooled as ``how`` says (a tensor with no map to pool is returned as it is)."""
+    if how == "none" or tensor.dim() not in (3, 4) or not tensor.is_floating_point():
+        return tensor
+    if how == "cls":
+        return tensor[:, 0] if tensor.dim() == 3 else tensor
+    dims = (2, 3) if tensor.dim() == 4 else (1,)
+    return tensor.mean(dim=dims) if how == "mean" else tensor.amax(dim=dims)
+
+
+def check(how: str, shapes: dict[str, list[list[int]]]) -> list[str]:
+    """Refuse ``cls`` where no tensor is a token map; notes for tensors that stay as they are."""
+    if how not in REDUCTIONS:
+        raise UsageError(f"--reduce `{how}` is not one of {', '.join(REDUCTIONS)}.", "Use --reduce mean.")
+    if how == "none":
+        return []
+    kept = [name for name, leaves in shapes.items() if any(reduced_shape(s, how) == s for s in leaves)]
+    if how == "cls" and len(kept) == len(shapes):
+        raise UsageError(
+            f"--reduce cls takes the first token of (N, L, C) token maps; none of {', '.join(kept)} is one.",
+            "Use --reduce mean or max for (N, C, H, W) maps.",
+        )
+    return [
+        f"--reduce {how} leaves {name} as it is: it has no (N, C, H, W) or (N, L, C) map" for name in kept
+    ]

@@ -1,0 +1,37 @@
+"""Sizes as people write and read them: ``2GB`` in, ``1.2 MB`` out."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import UsageError
+
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+}
+
+
+def parse_size(text: str, option: str = "--shard-size") -> int:
+    """``2GB`` / ``500MB`` / ``1.5GiB`` / ``1000000`` -> bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    unit = match[2].upper() if match else ""
+    if not match or unit not in _UNITS or float(match[1]) <= 0:
+        raise UsageError(f"{option} `{text}` is not a size.", f"Write it like {option} 2GB (or 500MB).")
+    return int(float(match[1]) * _UNITS[unit])
+
+
+def human_bytes(n: float) -> str:
+    """1234567 -> '1.2 MB'."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
