@@ -3,25 +3,35 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 
-from . import budget, inputs, inventory, layers, loader, manifest, models, outdir, reduce, sinks, units
-from .errors import Interrupted, UsageError, check_choice
+from . import (
+    budget,
+    capturing,
+    inputs,
+    inventory,
+    layers,
+    manifest,
+    models,
+    outdir,
+    parallel,
+    reduce,
+    sinks,
+    units,
+)
+from .errors import UsageError, check_choice
 from .inputs import InputSpec
-from .inventory import Inventory, ModuleInfo
 from .lock import check_free
 from .models import ModelSpec
 from .options import CaptureOptions
-from .recorder import Recorder
-from .records import Captured, Key
-from .runner import DTYPES, Run, forward_all
-from .sinks import SavedTensor
+from .results import CapturePlan, CaptureResult, ModuleTree
+from .runner import DTYPES
 
 T = TypeVar("T")
 
@@ -36,45 +46,6 @@ __all__ = [
     "list_modules",
     "plan",
 ]
-
-
-@dataclass
-class ModuleTree:
-    """Every module of a model, as ``hookdump list-modules`` shows it, and the part of it a view selects."""
-
-    requested: str
-    timm_name: str
-    inventory: Inventory
-    notes: list[str] = field(default_factory=list)
-    shown: list[str] | None = None  # what --depth / --filter / --leaves selected; None: every module
-    depth: int | None = None
-    flat: bool = False  # --filter / --leaves: the matches as a flat list of full paths, not a tree
-
-    @property
-    def modules(self) -> list[ModuleInfo]:
-        """The selected modules (all of them when no view was asked for), in ``named_modules()`` order."""
-        if self.shown is None:
-            return self.inventory.modules
-        keep = set(self.shown)
-        return [info for info in self.inventory.modules if info.name in keep]
-
-
-@dataclass
-class CaptureResult:
-    """What a capture wrote, and what the user should be told about it."""
-
-    out: Path
-    manifest: Path
-    requested: str
-    timm_name: str
-    device: str
-    tensors: list[SavedTensor]
-    inputs: list[dict[str, Any]]
-    notes: list[str]
-    seconds: float
-    stopped_early: bool = False
-    classes: list[int] = field(default_factory=list)
-    skipped: list[dict[str, str]] = field(default_factory=list)
 
 
 def list_modules(
@@ -147,30 +118,6 @@ def _default_input_size(
     return c, h, w
 
 
-@dataclass
-class CapturePlan:
-    """Everything a capture checks before its first forward, without the real model (``--dry-run``)."""
-
-    tree: ModuleTree
-    targets: list[layers.LayerTarget]
-    spec: ModelSpec
-    options: CaptureOptions
-    source: InputSpec | None = None
-    paths: list[Path] = field(default_factory=list)
-    config: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    load: Callable[[], tuple[torch.nn.Module, list[str]]] | None = None  # the real model, built once
-    sizes: dict[str, int] = field(default_factory=dict)  # bytes per layer, in one format
-    total_bytes: int = 0  # peak disk use, every format
-    skipped: list[dict[str, str]] = field(default_factory=list)  # --skip-bad: unreadable inputs
-    progress: dict[str, Any] | None = None  # --resume: how far the interrupted run got
-
-    @property
-    def modules(self) -> list[ModuleInfo]:
-        found = [self.tree.inventory.get(t.path) for t in self.targets]
-        return [m for m in found if m is not None]
-
-
 def plan(
     layer_specs: list[str] | tuple[str, ...],
     *,
@@ -222,13 +169,43 @@ def plan(
         assert progress is not None, "outdir.check makes sure"
         record = manifest.options_record(source, list(layer_specs), spec, opts)
         outdir.check_same_run(progress, record, [str(p) for p in paths])
+    shard = None
+    if opts.shard is not None and source is not None:
+        record = manifest.options_record(source, list(layer_specs), spec, opts)
+        paths, shard = _shard(paths, source, opts, record)
     rows = len(paths) if source is not None and not source.random else 1
     sizes = budget.per_layer(found, targets, opts, rows)
     needed = budget.total(sizes, opts)
     budget.check_fits(needed, opts.out, already=_bytes_in(opts.out / outdir.SCRATCH) if opts.resume else 0)
     return CapturePlan(
-        tree, targets, spec, opts, source, paths, config, notes, load_real, sizes, needed, skipped, progress
-    )
+        tree, targets, spec, opts, source, paths, config, notes, load_real, sizes, needed, skipped, progress,
+        shard,
+    )  # fmt: skip
+
+
+def _shard(
+    paths: list[Path], source: InputSpec, opts: CaptureOptions, record: dict[str, Any]
+) -> tuple[list[Path], dict[str, Any]]:
+    """``--shard I/N``: this shard's whole batches of the inputs, and what the manifest says of it."""
+    index, count = parallel.parse_shard(opts.shard or "")
+    if source.random:
+        raise UsageError("--shard splits image inputs; --random-input is one.", "Drop --shard.")
+    first, last = parallel.shard_rows(len(paths), opts.batch_size, index, count)
+    if first == last:
+        batches = -(-len(paths) // opts.batch_size)
+        raise UsageError(
+            f"--shard {opts.shard} gets no batch: {len(paths)} input(s) make {batches} batch(es) of"
+            f" {opts.batch_size}.",
+            "Use fewer shards, or a smaller --batch-size.",
+        )
+    run = parallel.run_id(record, [str(p) for p in paths])
+    return paths[first:last], {
+        "index": index,
+        "count": count,
+        "first_row": first,
+        "rows": last - first,
+        "run": run,
+    }
 
 
 def _bytes_in(folder: Path) -> int:
@@ -255,175 +232,33 @@ def capture(
     """
     started = time.perf_counter()
     found = plan(layer_specs, model=model, images=images, options=options, **option_values)
-    opts, spec, source = found.options, found.spec, found.source
-    assert source is not None and found.load is not None
-    name = models.ResolvedName(found.tree.requested, found.tree.timm_name)
-    torch_device = models.resolve_device(opts.device)
-    shard_bytes = units.parse_size(opts.shard_size) if opts.shard_size else None
-    options_record = manifest.options_record(source, list(layer_specs), spec, opts)
-    input_list = [str(p) for p in found.paths]
-    with sinks.Writer(
-        opts.out, opts.formats, opts.save_dtype, opts.overwrite, opts.resume, shard_bytes
-    ) as writer:
-        net, weight_notes = found.load()
-        net.to(torch_device)
-        recorder = _recorder(net, found)
-        state = _RunState(writer.resumed, found.skipped)
-        if writer.resumed is not None:
-            recorder.restore(writer.resumed["recorder"])
-        run = Run(torch_device, opts.dtype, opts.channels_last, opts.grad, opts.target)
+    if parallel.world()[1] > 1 and found.options.shard is None:
+        return _capture_on_ranks(found, list(layer_specs), started)
+    return capturing.run(found, list(layer_specs), started, on_batch)
 
-        def sink(tensors: dict[Key, torch.Tensor], batch: loader.Batch, classes: list[int]) -> None:
-            writer.append(tensors)
-            state.advance(batch, classes)
-            writer.checkpoint(state.progress(options_record, input_list, recorder))
-            if on_batch is not None:
-                on_batch(state.images, len(found.paths) or 1, writer.bytes_written())
 
-        batches = _batches(found, state.batches)
-        try:
-            forward_all(net, recorder, batches, run, name.requested, sink)
-        except KeyboardInterrupt as exc:
-            code = exc.exit_code if isinstance(exc, Interrupted) else 130
-            writer.suspend(manifest.incomplete(options_record, state.images, len(found.paths) or 1))
-            raise Interrupted(
-                code, _interrupted_text(opts.out, state.images, len(found.paths) or 1, writer)
-            ) from None
-        results = recorder.entries()
-        notes = (
-            found.tree.notes + weight_notes + found.notes + writer.notes + _capture_notes(recorder, results)
+def _capture_on_ranks(found: CapturePlan, layer_specs: list[str], started: float) -> CaptureResult:
+    """Under torchrun: every rank captures its shard, rank 0 merges them into ``out`` (``parallel``)."""
+    opts = found.options
+    assert found.source is not None
+
+    def run_shard(shard: str, folder: Path, device: str) -> CaptureResult:
+        rank_opts = dataclasses.replace(
+            opts, shard=shard, out=folder, device=device, overwrite=True, resume=False
         )
-        if writer.resumed is not None:
-            notes.append(f"resumed after {writer.resumed['images']} of {len(found.paths)} images")
-        if state.skipped:
-            shown = ", ".join(s["path"] for s in state.skipped[:3]) + (
-                ", ..." if len(state.skipped) > 3 else ""
-            )
-            notes.append(
-                f"--skip-bad left out {len(state.skipped)} unreadable input(s) ({shown}); the manifest's"
-                " `skipped` says why"
-            )
-        records = inputs.records(
-            [p for p in found.paths if str(p) not in state.skipped_paths], source, found.config
-        )
-        extra = {**_run_record(recorder, run, opts, state.classes), "skipped": state.skipped, "notes": notes}
-        header = manifest.header(spec, name, str(torch_device), found.config, records, options_record, extra)
-        saved = writer.commit(results, header)
+        return capture(found.source, layer_specs, model=found.spec, options=rank_opts)  # type: ignore[arg-type]
+
+    merged = parallel.capture_on_ranks(run_shard, opts.out, opts.device, opts.overwrite)
+    if not isinstance(merged, parallel.MergeResult):
+        return merged  # type: ignore[no-any-return]  # ranks but 0: their shard
+    data = json.loads(merged.manifest.read_text())
     return CaptureResult(
-        out=opts.out,
-        manifest=opts.out / manifest.MANIFEST,
-        requested=name.requested,
-        timm_name=name.timm_name,
-        device=str(torch_device),
-        tensors=saved,
-        inputs=records,
-        notes=notes,
-        seconds=time.perf_counter() - started,
-        stopped_early=recorder.stopped_early,
-        classes=state.classes,
-        skipped=state.skipped,
-    )
-
-
-class _RunState:
-    """How far the run got: batches, images, classes, skipped inputs; continued from ``progress``."""
-
-    def __init__(self, progress: dict[str, Any] | None, skipped: list[dict[str, str]]) -> None:
-        progress = progress or {}
-        self.batches: int = progress.get("batches", 0)
-        self.images: int = progress.get("images", 0)
-        self.classes: list[int] = progress.get("classes", [])
-        self.skipped: list[dict[str, str]] = progress.get("skipped", skipped)
-
-    @property
-    def skipped_paths(self) -> set[str]:
-        return {s["path"] for s in self.skipped}
-
-    def advance(self, batch: loader.Batch, classes: list[int]) -> None:
-        self.batches += 1
-        self.images += len(batch.paths) + len(batch.failed)
-        self.classes += classes
-        self.skipped += batch.failed
-
-    def progress(self, options: dict[str, Any], paths: list[str], recorder: Recorder) -> dict[str, Any]:
-        return {
-            "options": options, "inputs": paths, "batches": self.batches, "images": self.images,
-            "total": len(paths) or 1, "classes": self.classes, "skipped": self.skipped,
-            "recorder": recorder.state(),
-        }  # fmt: skip
-
-
-def _recorder(net: torch.nn.Module, found: CapturePlan) -> Recorder:
-    opts, modules = found.options, found.tree.inventory.modules
-    calls = {m.name: m.calls or 1 for m in modules}
-    finished = {m.name: m.finished for m in modules if m.finished is not None}
-    return Recorder(
-        net, found.targets, opts.what, grad=opts.grad, expected_calls=calls if opts.early_stop else None,
-        finished=finished, reduce=opts.reduce,
+        out=opts.out, manifest=merged.manifest, requested=found.tree.requested,
+        timm_name=found.tree.timm_name,
+        device=data["device"], tensors=merged.tensors, inputs=data["inputs"], notes=data["notes"],
+        seconds=time.perf_counter() - started, stopped_early=data["stopped_early"],
+        classes=(data.get("grad") or {}).get("classes", []), skipped=data.get("skipped", []),
     )  # fmt: skip
-
-
-def _batches(found: CapturePlan, done: int) -> Iterable[loader.Batch]:
-    """The batches still to run (after ``done`` of them, with --resume)."""
-    opts, source = found.options, found.source
-    assert source is not None
-    if source.random:
-        return [] if done else [loader.Batch([], inputs.random_batch(found.config, source.seed))]
-    rest = found.paths[done * opts.batch_size :]
-    workers = loader.default_workers(len(rest), opts.batch_size) if opts.workers is None else opts.workers
-    pin = models.resolve_device(opts.device).type == "cuda"
-    return loader.batches(rest, found.config, opts.batch_size, workers, opts.skip_bad, pin)
-
-
-def _interrupted_text(out: Path, done: int, total: int, writer: sinks.Writer) -> str:
-    if not writer.kept:
-        return "nothing of this run was kept."
-    return (
-        f"{done} of {total} images reached `{out}`. Rerun the same command with --resume to continue"
-        " (or --overwrite to start again)."
-    )
-
-
-def _run_record(recorder: Recorder, run: Run, opts: CaptureOptions, classes: list[int]) -> dict[str, Any]:
-    """The manifest keys that describe how this capture ran."""
-    return {
-        "save_dtype": opts.save_dtype,
-        "channels_last": run.channels_last,
-        "reduce": opts.reduce,
-        "stopped_early": recorder.stopped_early,
-        "grad": {"target": "top" if run.target is None else run.target, "classes": classes}
-        if run.grad
-        else None,
-        "values": [
-            {"layer": k[0], "kind": k[1], "index": k[2], "call": k[3], "value": v}
-            for k, v in recorder.other.items()
-        ],
-    }
-
-
-def _capture_notes(recorder: Recorder, results: list[Captured]) -> list[str]:
-    notes = [
-        f"{path} runs {n} times per forward: one file per call ({path}@0 ... {path}@{n - 1});"
-        f" --layer {path}@1 picks one"
-        for path, n in recorder.calls_per_forward.items()
-        if n > 1 and recorder.selected[path] is None
-    ]
-    notes += [
-        f"{c.stem} ({c.kind}) was changed in place later in the forward pass; hookdump saved it as it was"
-        " at hook time (a hook that keeps a reference would have saved the changed values)"
-        for c in results
-        if c.modified_in_place
-    ]
-    if recorder.grad:
-        with_grad = {(c.layer, c.index, c.call) for c in results if c.kind == "grad"}
-        notes += [
-            f"no gradient reached {c.stem}: it does not affect the target score"
-            for c in results
-            if c.kind == "output" and (c.layer, c.index, c.call) not in with_grad
-        ]
-    if recorder.stopped_early:
-        notes.append("stopped the forward pass once every wanted layer had run (--no-early-stop runs it all)")
-    return notes
 
 
 def _check_options(opts: CaptureOptions) -> None:
@@ -442,5 +277,7 @@ def _check_options(opts: CaptureOptions) -> None:
         raise UsageError(f"--target {opts.target} is negative.", "Give a class index, 0 or more.")
     if opts.shard_size is not None:
         units.parse_size(opts.shard_size)
+    if opts.shard is not None:
+        parallel.parse_shard(opts.shard)
     check_free(opts.out)  # a folder another run is writing says so, whatever it holds
     outdir.check(opts.out, opts.overwrite, opts.resume)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 from typing import Annotated, Any
@@ -192,6 +193,9 @@ def capture(
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue the interrupted capture in --out (same options).")
     ] = False,
+    shard: Annotated[
+        str | None, typer.Option(help="I/N: capture shard I of N of the inputs (whole batches); see merge.")
+    ] = None,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
     config: ConfigOpt = None,
@@ -206,6 +210,8 @@ def capture(
     source = inputs.InputSpec(tuple(images or ()), sample, random_input, seed, _input_size(input_size))
     names = set(api.CaptureOptions.__dataclass_fields__) - {"formats"}
     options = api.CaptureOptions(formats=(fmt,), **{k: v for k, v in ctx.params.items() if k in names})
+    if int(os.environ.get("RANK", "0")) > 0:  # under torchrun, rank 0 alone speaks
+        quiet, json_out = True, False
     with shell.user_output_to_stderr(json_out):
         if dry_run:
             found = api.plan(layer or [], model=spec, images=source, options=options)
@@ -221,6 +227,27 @@ def capture(
     elif not quiet:
         render.notes(result.notes)
         typer.echo(render.capture_summary(result))
+
+
+@app.command()
+def merge(
+    shards: Annotated[
+        list[Path], typer.Argument(metavar="SHARD_DIR...", help="The --out folders of capture --shard I/N.")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder of the joined capture.")],
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace a capture already in --out.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Join the folders of capture --shard I/N into the capture one process would have written."""
+    from . import parallel, render
+
+    merged = parallel.merge(list(shards), out, overwrite=overwrite)
+    if json_out:
+        typer.echo(merged.manifest.read_text().rstrip())
+    else:
+        typer.echo(render.merge_summary(merged))
 
 
 @app.command()

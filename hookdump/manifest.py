@@ -51,6 +51,7 @@ def options_record(
         "shard_size": opts.shard_size,
         "skip_bad": opts.skip_bad,
         "workers": opts.workers,
+        "shard": opts.shard,
     }
 
 

@@ -152,7 +152,10 @@ def check_hookable(model: object, name: str) -> None:
     why = "would be skipped, so nothing would be captured"
     if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
         kind, fix = f"wrapped in {type(model).__name__}", "return the bare module (model.module)"
-        why, fix = "would see only one replica's share of each batch", f"{fix}: hookdump puts it on --device"
+        why, fix = (
+            "would see only one replica's share of each batch",
+            f"{fix}: hookdump puts it on --device, and torchrun spreads a capture over GPUs",
+        )
     elif isinstance(model, torch.jit.ScriptModule):
         kind, fix = "a TorchScript module", "return the eager nn.Module, before torch.jit.script/trace"
     elif isinstance(model, nn.Module) and hasattr(model, "_orig_mod"):

@@ -23,6 +23,7 @@ class CaptureOptions:
         workers: image-decoding worker processes (0: in process; None: a number that suits the machine).
         skip_bad: record unreadable images in the manifest and go on, instead of stopping.
         resume: continue the interrupted capture in ``out`` (same options, same inputs).
+        shard: ``I/N``: capture only shard I of N of the inputs (whole batches), for ``hookdump merge``.
     """
 
     out: Path = Path("hookdump-out")
@@ -42,3 +43,4 @@ class CaptureOptions:
     workers: int | None = None
     skip_bad: bool = False
     resume: bool = False
+    shard: str | None = None

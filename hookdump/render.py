@@ -13,6 +13,7 @@ from .units import human_bytes
 if TYPE_CHECKING:
     from .api import CapturePlan, CaptureResult, ModuleTree
     from .inventory import ModuleInfo
+    from .parallel import MergeResult
     from .viz import Rendered
 
 #: One piece of a line: its text and its rich style ("" for none).
@@ -159,6 +160,13 @@ def capture_summary(result: CaptureResult) -> str:
     tensors = f" ({len(rows)} tensors)" if len(rows) != files else ""
     head = f"wrote {files} file(s){tensors} to {result.out}/ in {result.seconds:.1f}s on {result.device}:"
     return "\n".join([head, *_aligned(rows), f"manifest: {result.manifest}"])
+
+
+def merge_summary(merged: MergeResult) -> str:
+    """``merge``: what was joined, and the files."""
+    rows = [(f"{s.file}[{s.key}]" if s.key else s.file, str(tuple(s.shape)), s.dtype) for s in merged.tensors]
+    head = f"merged {merged.shards} shard(s), {merged.rows} input(s), into {merged.out}/:"
+    return "\n".join([head, *_aligned(rows), f"manifest: {merged.manifest}"])
 
 
 def plan(found: CapturePlan) -> str:

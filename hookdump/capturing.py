@@ -1,0 +1,201 @@
+"""One capture run from its plan: the real model, the hooks, the batches, a checkpoint after each batch,
+an interruption that keeps what reached the disk, and the files and manifest at the end."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import loader, manifest, models, sinks, units
+from .errors import Interrupted
+from .inputs import random_batch
+from .inputs import records as input_records
+from .options import CaptureOptions
+from .recorder import Recorder
+from .records import Captured, Key
+from .results import CapturePlan, CaptureResult
+from .runner import Run, forward_all
+
+
+def run(
+    found: CapturePlan,
+    layer_specs: list[str],
+    started: float,
+    on_batch: Callable[[int, int, int], None] | None,
+) -> CaptureResult:
+    """Capture what ``found`` planned; see ``api.capture``."""
+    opts, spec, source = found.options, found.spec, found.source
+    assert source is not None and found.load is not None
+    name = models.ResolvedName(found.tree.requested, found.tree.timm_name)
+    torch_device = models.resolve_device(opts.device)
+    shard_bytes = units.parse_size(opts.shard_size) if opts.shard_size else None
+    options_record = manifest.options_record(source, list(layer_specs), spec, opts)
+    input_list = [str(p) for p in found.paths]
+    with sinks.Writer(
+        opts.out, opts.formats, opts.save_dtype, opts.overwrite, opts.resume, shard_bytes
+    ) as writer:
+        net, weight_notes = found.load()
+        net.to(torch_device)
+        recorder = _recorder(net, found)
+        state = _RunState(writer.resumed, found.skipped)
+        if writer.resumed is not None:
+            recorder.restore(writer.resumed["recorder"])
+        run = Run(torch_device, opts.dtype, opts.channels_last, opts.grad, opts.target)
+
+        def sink(tensors: dict[Key, torch.Tensor], batch: loader.Batch, classes: list[int]) -> None:
+            writer.append(tensors)
+            state.advance(batch, classes)
+            writer.checkpoint(state.progress(options_record, input_list, recorder))
+            if on_batch is not None:
+                on_batch(state.images, len(found.paths) or 1, writer.bytes_written())
+
+        batches = _batches(found, state.batches)
+        try:
+            forward_all(net, recorder, batches, run, name.requested, sink)
+        except KeyboardInterrupt as exc:
+            code = exc.exit_code if isinstance(exc, Interrupted) else 130
+            writer.suspend(manifest.incomplete(options_record, state.images, len(found.paths) or 1))
+            raise Interrupted(
+                code, _interrupted_text(opts.out, state.images, len(found.paths) or 1, writer)
+            ) from None
+        results = recorder.entries()
+        notes = (
+            found.tree.notes + weight_notes + found.notes + writer.notes + _capture_notes(recorder, results)
+        )
+        if writer.resumed is not None:
+            notes.append(f"resumed after {writer.resumed['images']} of {len(found.paths)} images")
+        if state.skipped:
+            shown = ", ".join(s["path"] for s in state.skipped[:3]) + (
+                ", ..." if len(state.skipped) > 3 else ""
+            )
+            notes.append(
+                f"--skip-bad left out {len(state.skipped)} unreadable input(s) ({shown}); the manifest's"
+                " `skipped` says why"
+            )
+        records = input_records(
+            [p for p in found.paths if str(p) not in state.skipped_paths], source, found.config
+        )
+        extra = {**_run_record(recorder, run, opts, state.classes), "skipped": state.skipped, "notes": notes}
+        if found.shard is not None:
+            extra["shard"] = found.shard
+        header = manifest.header(spec, name, str(torch_device), found.config, records, options_record, extra)
+        saved = writer.commit(results, header)
+    return CaptureResult(
+        out=opts.out,
+        manifest=opts.out / manifest.MANIFEST,
+        requested=name.requested,
+        timm_name=name.timm_name,
+        device=str(torch_device),
+        tensors=saved,
+        inputs=records,
+        notes=notes,
+        seconds=time.perf_counter() - started,
+        stopped_early=recorder.stopped_early,
+        classes=state.classes,
+        skipped=state.skipped,
+    )
+
+
+class _RunState:
+    """How far the run got: batches, images, classes, skipped inputs; continued from ``progress``."""
+
+    def __init__(self, progress: dict[str, Any] | None, skipped: list[dict[str, str]]) -> None:
+        progress = progress or {}
+        self.batches: int = progress.get("batches", 0)
+        self.images: int = progress.get("images", 0)
+        self.classes: list[int] = progress.get("classes", [])
+        self.skipped: list[dict[str, str]] = progress.get("skipped", skipped)
+
+    @property
+    def skipped_paths(self) -> set[str]:
+        return {s["path"] for s in self.skipped}
+
+    def advance(self, batch: loader.Batch, classes: list[int]) -> None:
+        self.batches += 1
+        self.images += len(batch.paths) + len(batch.failed)
+        self.classes += classes
+        self.skipped += batch.failed
+
+    def progress(self, options: dict[str, Any], paths: list[str], recorder: Recorder) -> dict[str, Any]:
+        return {
+            "options": options, "inputs": paths, "batches": self.batches, "images": self.images,
+            "total": len(paths) or 1, "classes": self.classes, "skipped": self.skipped,
+            "recorder": recorder.state(),
+        }  # fmt: skip
+
+
+def _recorder(net: torch.nn.Module, found: CapturePlan) -> Recorder:
+    opts, modules = found.options, found.tree.inventory.modules
+    calls = {m.name: m.calls or 1 for m in modules}
+    finished = {m.name: m.finished for m in modules if m.finished is not None}
+    return Recorder(
+        net, found.targets, opts.what, grad=opts.grad, expected_calls=calls if opts.early_stop else None,
+        finished=finished, reduce=opts.reduce,
+    )  # fmt: skip
+
+
+def _batches(found: CapturePlan, done: int) -> Iterable[loader.Batch]:
+    """The batches still to run (after ``done`` of them, with --resume)."""
+    opts, source = found.options, found.source
+    assert source is not None
+    if source.random:
+        return [] if done else [loader.Batch([], random_batch(found.config, source.seed))]
+    rest = found.paths[done * opts.batch_size :]
+    workers = loader.default_workers(len(rest), opts.batch_size) if opts.workers is None else opts.workers
+    pin = models.resolve_device(opts.device).type == "cuda"
+    return loader.batches(rest, found.config, opts.batch_size, workers, opts.skip_bad, pin)
+
+
+def _interrupted_text(out: Path, done: int, total: int, writer: sinks.Writer) -> str:
+    if not writer.kept:
+        return "nothing of this run was kept."
+    return (
+        f"{done} of {total} images reached `{out}`. Rerun the same command with --resume to continue"
+        " (or --overwrite to start again)."
+    )
+
+
+def _run_record(recorder: Recorder, run: Run, opts: CaptureOptions, classes: list[int]) -> dict[str, Any]:
+    """The manifest keys that describe how this capture ran."""
+    return {
+        "save_dtype": opts.save_dtype,
+        "channels_last": run.channels_last,
+        "reduce": opts.reduce,
+        "stopped_early": recorder.stopped_early,
+        "grad": {"target": "top" if run.target is None else run.target, "classes": classes}
+        if run.grad
+        else None,
+        "values": [
+            {"layer": k[0], "kind": k[1], "index": k[2], "call": k[3], "value": v}
+            for k, v in recorder.other.items()
+        ],
+    }
+
+
+def _capture_notes(recorder: Recorder, results: list[Captured]) -> list[str]:
+    notes = [
+        f"{path} runs {n} times per forward: one file per call ({path}@0 ... {path}@{n - 1});"
+        f" --layer {path}@1 picks one"
+        for path, n in recorder.calls_per_forward.items()
+        if n > 1 and recorder.selected[path] is None
+    ]
+    notes += [
+        f"{c.stem} ({c.kind}) was changed in place later in the forward pass; hookdump saved it as it was"
+        " at hook time (a hook that keeps a reference would have saved the changed values)"
+        for c in results
+        if c.modified_in_place
+    ]
+    if recorder.grad:
+        with_grad = {(c.layer, c.index, c.call) for c in results if c.kind == "grad"}
+        notes += [
+            f"no gradient reached {c.stem}: it does not affect the target score"
+            for c in results
+            if c.kind == "output" and (c.layer, c.index, c.call) not in with_grad
+        ]
+    if recorder.stopped_early:
+        notes.append("stopped the forward pass once every wanted layer had run (--no-early-stop runs it all)")
+    return notes

@@ -1,0 +1,226 @@
+"""One capture spread over processes or machines: ``--shard I/N`` takes every N-th share of the batches
+(whole batches, so every image meets the same batch as in one process), ``merge`` joins the shard folders
+into the single-process result, and under ``torchrun`` each rank captures its shard and rank 0 merges."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import HookdumpError, InputError, UsageError
+from .outdir import read_manifest
+from .records import Captured, key_from_json
+from .sinks import SavedTensor, Writer
+
+MERGE_CHUNK_ROWS = 256
+RANKS_FOLDER = ".hookdump-ranks"
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``2/4`` -> ``(2, 4)``: shard 2 of 4, counted from 0."""
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        index, count = -1, 0
+    if count < 1 or not 0 <= index < count:
+        raise UsageError(
+            f"--shard `{text}` is not I/N with 0 <= I < N.", "Write it like --shard 0/4 (shards 0/4 ... 3/4)."
+        )
+    return index, count
+
+
+def shard_rows(rows: int, batch_size: int, index: int, count: int) -> tuple[int, int]:
+    """The rows ``[start, end)`` of shard ``index`` of ``count``: a contiguous run of whole batches."""
+    batches = -(-rows // batch_size)
+    first, last = batches * index // count, batches * (index + 1) // count
+    return min(first * batch_size, rows), min(last * batch_size, rows)
+
+
+def run_id(options: dict[str, Any], inputs: list[str]) -> str:
+    """What every shard of one run shares: its options (but where it writes and which shard) and inputs."""
+    same = {k: v for k, v in options.items() if k not in ("out", "shard", "workers")}
+    text = json.dumps([same, inputs], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class MergeResult:
+    """What ``merge`` wrote."""
+
+    out: Path
+    manifest: Path
+    shards: int
+    rows: int
+    tensors: list[SavedTensor]
+
+
+def merge(shard_dirs: list[Path], out: Path, overwrite: bool = False) -> MergeResult:
+    """Join the folders of ``capture --shard I/N`` (all N, each once, of one run) into ``out``, as one
+    process would have written it."""
+    from .reader import Capture
+
+    manifests = [_shard_manifest(d) for d in shard_dirs]
+    _check_complete_set(shard_dirs, manifests)
+    order = sorted(range(len(manifests)), key=lambda i: manifests[i]["shard"]["index"])
+    captures = [Capture(shard_dirs[i]) for i in order]
+    first = captures[0].manifest
+    entries = _entries_by_stem(first)
+    for capture in captures[1:]:
+        if set(_entries_by_stem(capture.manifest)) != set(entries):
+            raise InputError(
+                f"`{capture.path}` holds other tensors than `{captures[0].path}`.",
+                "Shards of one run hold the same layers; capture the shards again with one command.",
+            )
+    options = first["options"]
+    formats = tuple(options["format"].split(","))
+    shard_bytes = None
+    if options.get("shard_size"):
+        from .units import parse_size
+
+        shard_bytes = parse_size(options["shard_size"])
+    with Writer(out, formats, "keep", overwrite=overwrite, shard_bytes=shard_bytes) as writer:
+        for capture in captures:
+            for stem, entry in entries.items():
+                _append(writer, entry, capture[stem])
+        records = [_captured(stem, entry, captures) for stem, entry in entries.items()]
+        header = _merged_header(first, [c.manifest for c in captures], shard_dirs, out)
+        saved = writer.commit(records, header)
+    return MergeResult(out, out / "manifest.json", len(captures), len(header["inputs"]), saved)
+
+
+def _shard_manifest(folder: Path) -> dict[str, Any]:
+    manifest = read_manifest(folder)
+    if manifest is None or "shard" not in manifest:
+        raise InputError(
+            f"`{folder}` is not a shard of a capture (no manifest.json with a `shard` entry).",
+            "Pass the --out folders of `hookdump capture --shard I/N`.",
+        )
+    if manifest.get("complete") is False:
+        raise InputError(
+            f"Shard `{folder}` is incomplete.", "Finish it first: rerun its command with --resume."
+        )
+    return manifest
+
+
+def _check_complete_set(dirs: list[Path], manifests: list[dict[str, Any]]) -> None:
+    runs = {m["shard"]["run"] for m in manifests}
+    if len(runs) > 1:
+        raise InputError(
+            "These shards come from different runs (other options or inputs).",
+            "Merge only the shards of one command, run with --shard 0/N ... N-1/N.",
+        )
+    count = manifests[0]["shard"]["count"]
+    seen: dict[int, Path] = {}
+    for folder, manifest in zip(dirs, manifests, strict=True):
+        index = manifest["shard"]["index"]
+        if index in seen:
+            raise InputError(
+                f"Shard {index}/{count} is given twice: `{seen[index]}` and `{folder}`.",
+                "Pass each shard once.",
+            )
+        seen[index] = folder
+    missing = [f"{i}/{count}" for i in range(count) if i not in seen]
+    if missing:
+        raise InputError(f"Shards missing: {', '.join(missing)}.", "Capture them, then merge all N together.")
+
+
+def _entries_by_stem(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """One manifest entry per tensor (several formats of one tensor are one)."""
+    found: dict[str, dict[str, Any]] = {}
+    for entry in manifest["tensors"]:
+        stem = entry.get("key") or Path(entry["file"]).stem
+        found.setdefault(stem, entry)
+    return found
+
+
+def _append(writer: Writer, entry: dict[str, Any], array: Any) -> None:
+    key = key_from_json([entry["layer"], entry["kind"], entry["index"], entry["call"]])
+    for start in range(0, int(array.shape[0]), MERGE_CHUNK_ROWS):
+        rows = array[start : start + MERGE_CHUNK_ROWS]
+        tensor = rows.clone() if isinstance(rows, torch.Tensor) else torch.from_numpy(rows.copy())
+        writer.append({key: tensor})
+    writer.source_dtypes[key] = getattr(torch, entry["source_dtype"])
+
+
+def _captured(stem: str, entry: dict[str, Any], captures: list[Any]) -> Captured:
+    """The record ``commit`` names files from: ``calls_per_forward`` only matters for the ``@k`` in names."""
+    record = Captured(entry["layer"], entry["kind"], entry["index"], entry["call"], 1)
+    if record.stem != stem:
+        record.calls_per_forward = 2
+    record.modified_in_place = any(
+        e.get("modified_in_place_after_hook", False)
+        for c in captures
+        for e in c.manifest["tensors"]
+        if (e.get("key") or Path(e["file"]).stem) == stem
+    )
+    return record
+
+
+def _merged_header(
+    first: dict[str, Any], manifests: list[dict[str, Any]], dirs: list[Path], out: Path
+) -> dict[str, Any]:
+    header = {k: v for k, v in first.items() if k not in ("tensors", "shard")}
+    header["options"] = {**first["options"], "out": str(out), "shard": None}
+    header["inputs"] = [record for m in manifests for record in m["inputs"]]
+    header["skipped"] = [record for m in manifests for record in m.get("skipped", [])]
+    header["stopped_early"] = any(m.get("stopped_early") for m in manifests)
+    if first.get("grad"):
+        header["grad"] = {**first["grad"], "classes": [c for m in manifests for c in m["grad"]["classes"]]}
+    notes = [n for m in manifests for n in m.get("notes", [])]
+    header["notes"] = [*dict.fromkeys(notes), f"merged from {len(manifests)} shards"]
+    header["merged_from"] = [str(d) for d in dirs]
+    return header
+
+
+def world() -> tuple[int, int, int]:
+    """``(rank, world size, local rank)`` under torchrun; ``(0, 1, 0)`` otherwise."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    return int(os.environ.get("RANK", "0")), size, int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def capture_on_ranks(
+    run_shard: Callable[[str, Path, str], Any], out: Path, device: str, overwrite: bool
+) -> Any:
+    """Under torchrun: each rank captures its shard into ``OUT/.hookdump-ranks/rank-R``; when every rank
+    has finished, rank 0 merges them into ``out``. A rank that fails fails the run, with its message."""
+    import torch.distributed as dist
+
+    rank, size, local = world()
+    if device == "auto" and torch.cuda.is_available():
+        device = f"cuda:{local}"
+    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    folder = out / RANKS_FOLDER
+    created = not out.exists()
+    failure: str | None = None
+    result: Any = None
+    try:
+        try:
+            result = run_shard(f"{rank}/{size}", folder / f"rank-{rank}", device)
+        except HookdumpError as exc:
+            failure = f"rank {rank}: {exc.paragraph()}"
+        except Exception as exc:
+            failure = f"rank {rank}: {type(exc).__name__}: {exc}"
+        failures: list[str | None] = [None] * size
+        dist.all_gather_object(failures, failure)
+        failed = [f for f in failures if f]
+        if failed:
+            if rank == 0:  # nothing of a failed run stays
+                shutil.rmtree(folder, ignore_errors=True)
+                if created and out.is_dir() and not any(out.iterdir()):
+                    out.rmdir()
+            raise InputError(failed[0], "The other ranks stopped with it; fix that rank's problem and rerun.")
+        if rank == 0:
+            result = merge(sorted(folder.glob("rank-*")), out, overwrite=overwrite)
+            shutil.rmtree(folder, ignore_errors=True)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return result
