@@ -69,6 +69,20 @@ def test_preset_vit_blocks_with_inputs(cli, tmp_path: Path) -> None:
     assert _shapes(tmp_path / "o") == expected
 
 
+def test_preset_dataset_features_pooled_for_a_probe(cli, tmp_path: Path, photos: Path) -> None:
+    (photos / "broken.png").write_text("not a picture")
+    out = tmp_path / "o"
+    result = cli("capture", "--config", CONFIGS / "dataset-features.toml", photos, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    import hookdump
+
+    feats = hookdump.open(out)
+    channels = timm.create_model("resnet50", features_only=True).feature_info.channels()[1:]
+    assert [tuple(feats[f"layer{i}"].shape) for i in range(1, 5)] == [(3, c) for c in channels]
+    assert all(feats[k].dtype == np.float16 for k in feats)
+    assert [Path(s["path"]).name for s in feats.manifest["skipped"]] == ["broken.png"]
+
+
 def test_preset_efficientnet_lite0_with_real_weights(cli, tmp_path: Path, lite0_checkpoint: Path) -> None:  # noqa: F811
     out = tmp_path / "o"
     result = cli(
