@@ -3,7 +3,8 @@
 On ``meta`` a tensor has a shape and no storage. Two things still cost time there: timm's weight init
 (``trunc_normal_`` and friends are decomposed op by op in Python, for nothing: there are no values), and a
 few ops whose meta kernels are Python decompositions (``layer_norm``, ``linear``, ``gelu``, ``softmax``).
-Both are torch-function modes, active only for as long as hookdump builds or traces on meta.
+Both are torch-function modes, active only for as long as hookdump builds or traces on meta. A third,
+``SkipInit``, builds a real model without weight init when a checkpoint will fill every parameter.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.overrides import TorchFunctionMode
 
 #: In-place ops that change a tensor's metadata (shape, strides, flags) rather than its values: these run.
@@ -98,3 +100,27 @@ class FastShapes(TorchFunctionMode):
             if out is not None:
                 return out
         return func(*args, **kwargs)
+
+
+class SkipInit(TorchFunctionMode):
+    """Skip in-place writes of values into parameters, their ``.data`` and views (weight init, including
+    reset_parameters); all else runs: non-persistent buffers are computed as always."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.aliases: dict[int, torch.Tensor] = {}  # kept alive while building, so their ids stay unique
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        first: Any = args[0] if args else kwargs.get("tensor")  # torch.nn.init passes `tensor=` by keyword
+        if not isinstance(first, nn.Parameter) and id(first) not in self.aliases:
+            return func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        if name.endswith("_") and not name.endswith("__") and name not in _METADATA_OPS:
+            return first
+        out, storage = func(*args, **kwargs), first.untyped_storage().data_ptr()
+        if isinstance(out, torch.Tensor) and out.untyped_storage().data_ptr() == storage:
+            self.aliases[id(out)] = out  # `.data`, a view, a detach(): writes into it are writes into `first`
+        return out

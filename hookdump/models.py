@@ -11,10 +11,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from .errors import InputError, UsageError, did_you_mean
-from .meta import _METADATA_OPS
+from .meta import SkipInit, SkipValueWrites
 
 DEFAULT_MODEL = "alt_gvt_large"
 
@@ -173,8 +172,6 @@ def _build_meta(timm_name: str) -> nn.Module:
     """On meta, without running weight init; again with init if a builder needs the writes."""
     import timm
 
-    from .meta import SkipValueWrites
-
     try:
         with torch.device("meta"), SkipValueWrites():
             return timm.create_model(timm_name)  # type: ignore[no-any-return]
@@ -183,37 +180,13 @@ def _build_meta(timm_name: str) -> nn.Module:
             return timm.create_model(timm_name)  # type: ignore[no-any-return]
 
 
-class _SkipInit(TorchFunctionMode):
-    """Skip in-place writes of values into parameters, their ``.data`` and views (weight init, including
-    reset_parameters); all else runs: non-persistent buffers are computed as always."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.aliases: dict[int, torch.Tensor] = {}  # kept alive while building, so their ids stay unique
-
-    def __torch_function__(
-        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
-    ) -> Any:
-        kwargs = kwargs or {}
-        first: Any = args[0] if args else kwargs.get("tensor")  # torch.nn.init passes `tensor=` by keyword
-        if not isinstance(first, nn.Parameter) and id(first) not in self.aliases:
-            return func(*args, **kwargs)
-        name = getattr(func, "__name__", "")
-        if name.endswith("_") and not name.endswith("__") and name not in _METADATA_OPS:
-            return first
-        out, storage = func(*args, **kwargs), first.untyped_storage().data_ptr()
-        if isinstance(out, torch.Tensor) and out.untyped_storage().data_ptr() == storage:
-            self.aliases[id(out)] = out  # `.data`, a view, a detach(): writes into it are writes into `first`
-        return out
-
-
 def _build_uninitialised(timm_name: str) -> nn.Module:
     """Without weight init; normally, from the same random state, if the builder raises (reads its init) or
     a parameter would not be in the state dict (so not overwritten by the checkpoint)."""
     import timm
 
     try:
-        with torch.random.fork_rng(devices=[]), _SkipInit():
+        with torch.random.fork_rng(devices=[]), SkipInit():
             model: nn.Module = timm.create_model(timm_name)
         if {k for k, _ in model.named_parameters(remove_duplicate=False)} <= model.state_dict().keys():
             return model
