@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import torch
 
 from . import (
+    attention,
     budget,
     capturing,
     inputs,
@@ -144,8 +145,15 @@ def plan(
     size = source.input_size if source is not None else input_size
     name = models.resolve_name(spec)
     models.resolve_device(opts.device)
-    build_meta = _once(lambda: models.build(name.timm_name, meta=True))
-    load_real = _once(lambda: models.load(spec, name.timm_name))
+    unfused: list[int] = []  # --attention: how many modules ran fused attention
+
+    def prepared(model: torch.nn.Module) -> torch.nn.Module:
+        if opts.attention:
+            unfused.append(attention.unfuse(model))
+        return model
+
+    build_meta = _once(lambda: prepared(models.build(name.timm_name, meta=True)))
+    load_real = _once(lambda: _with_model(models.load(spec, name.timm_name), prepared))
     meta_model = _or_none(build_meta)
     models.check_weights(spec, meta_model, name.timm_name)
     skipped: list[dict[str, str]] = []
@@ -161,6 +169,15 @@ def plan(
     targets = layers.resolve(list(layer_specs), found, name.requested)
     tree = ModuleTree(name.requested, name.timm_name, found, name.notes + found.notes)
     notes = reduce.check(opts.reduce, {t.path: found.get(t.path).output_shapes for t in targets})  # type: ignore[union-attr]
+    save_as: dict[str, tuple[str, str]] = {}
+    if opts.attention:
+        drops = attention.targets(targets, found, name.requested)
+        targets += [layers.LayerTarget(drop) for drop in drops]
+        save_as = {drop: (owner, "attn") for drop, owner in drops.items()}
+        notes.append(
+            f"--attention: fused attention turned off in {max(unfused, default=0)} module(s) (the same math,"
+            f" step by step); the weights of {len(drops)} attention module(s) are saved as <module>.attn"
+        )
     if opts.target is not None and not opts.grad:
         notes.append(f"--target {opts.target} is ignored without --grad (no gradient is computed)")
     progress = None
@@ -179,8 +196,14 @@ def plan(
     budget.check_fits(needed, opts.out, already=_bytes_in(opts.out / outdir.SCRATCH) if opts.resume else 0)
     return CapturePlan(
         tree, targets, spec, opts, source, paths, config, notes, load_real, sizes, needed, skipped, progress,
-        shard,
+        shard, save_as,
     )  # fmt: skip
+
+
+def _with_model(
+    loaded: tuple[torch.nn.Module, list[str]], prepare: Callable[[torch.nn.Module], torch.nn.Module]
+) -> tuple[torch.nn.Module, list[str]]:
+    return prepare(loaded[0]), loaded[1]
 
 
 def _shard(

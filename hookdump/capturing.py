@@ -76,6 +76,7 @@ def run(
                 f"--skip-bad left out {len(state.skipped)} unreadable input(s) ({shown}); the manifest's"
                 " `skipped` says why"
             )
+        notes += writer.nonfinite_notes(results)  # NaN / Inf in a saved tensor, naming it
         records = input_records(
             [p for p in found.paths if str(p) not in state.skipped_paths], source, found.config
         )
@@ -134,7 +135,7 @@ def _recorder(net: torch.nn.Module, found: CapturePlan) -> Recorder:
     finished = {m.name: m.finished for m in modules if m.finished is not None}
     return Recorder(
         net, found.targets, opts.what, grad=opts.grad, expected_calls=calls if opts.early_stop else None,
-        finished=finished, reduce=opts.reduce,
+        finished=finished, reduce=opts.reduce, save_as=found.save_as,
     )  # fmt: skip
 
 

@@ -196,6 +196,9 @@ def capture(
     shard: Annotated[
         str | None, typer.Option(help="I/N: capture shard I of N of the inputs (whole batches); see merge.")
     ] = None,
+    attention: Annotated[
+        bool, typer.Option("--attention", help="Unfuse timm attention; save each attention module's weights.")
+    ] = False,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
     config: ConfigOpt = None,
@@ -248,6 +251,20 @@ def merge(
         typer.echo(merged.manifest.read_text().rstrip())
     else:
         typer.echo(render.merge_summary(merged))
+
+
+@app.command("stats")
+def stats_command(
+    out: Annotated[Path, typer.Argument(metavar="OUT", help="The --out folder of a finished capture.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Every captured tensor's min, max, mean, std, zeros, NaN and Inf (from the manifest, or the files)."""
+    from . import render
+    from .stats import collect, table
+
+    rows, notes = collect(out)
+    render.notes(notes)
+    typer.echo(render.as_json(rows) if json_out else table(rows))
 
 
 @app.command()

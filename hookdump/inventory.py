@@ -16,6 +16,8 @@ from .outputs import tensor_shapes
 
 CONTAINER_REASON = "container: never called, a hook here never fires; hook a child"
 NEVER_REASON = "never called in forward: a hook here never fires"
+FUSED_REASON = "fused attention: never called, the attention weights never exist; --attention makes it run"
+ATTN_DROP = "attn_drop"  # where timm's unfused attention passes its softmax weights
 
 
 @dataclass
@@ -31,6 +33,7 @@ class ModuleInfo:
     output_shapes: list[list[int]] = field(default_factory=list)
     input_shapes: list[list[int]] = field(default_factory=list)  # positional tensor inputs, first call
     finished: int | None = None  # when its last call returned, counted in module returns of the traced pass
+    fused_attention: bool = False  # an attn_drop whose attention module runs fused (so it never runs)
 
     @property
     def fires(self) -> bool | None:
@@ -48,7 +51,9 @@ class ModuleInfo:
         """Why a hook here never fires; None when it fires (or when no pass was traced)."""
         if self.container:
             return CONTAINER_REASON
-        return NEVER_REASON if self.fires is False else None
+        if self.fires is False:
+            return FUSED_REASON if self.fused_attention else NEVER_REASON
+        return None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -108,6 +113,13 @@ def describe(model: nn.Module, input_size: tuple[int, ...]) -> Inventory:
         for name, module in model.named_modules()
         if name
     ]
+    fused = {
+        f"{name}.{ATTN_DROP}"
+        for name, module in model.named_modules()
+        if getattr(module, "fused_attn", 0) is True
+    }
+    for info in modules:
+        info.fused_attention = info.name in fused
     return Inventory(type(model).__name__, modules, tuple(input_size), None)
 
 

@@ -151,6 +151,14 @@ def _check_fires(info: ModuleInfo, inventory: Inventory, model_label: str) -> No
             " never fires.",
             hint + ".",
         )
+    if info.fires is False and info.fused_attention:
+        parent = info.name.rpartition(".")[0]
+        raise LayerError(
+            f"`{info.name}` never runs: `{parent}` uses fused attention (F.scaled_dot_product_attention),"
+            " so the attention weights never exist as a tensor.",
+            f"Pass --attention with -l {parent}: the unfused path runs and its weights are saved as"
+            f" {parent}.attn.",
+        )
     if info.fires is False:
         raise LayerError(
             f"`{info.name}` ({info.type}) is never called in the forward pass of {model_label},"

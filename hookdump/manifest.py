@@ -52,6 +52,7 @@ def options_record(
         "skip_bad": opts.skip_bad,
         "workers": opts.workers,
         "shard": opts.shard,
+        "attention": opts.attention,
     }
 
 

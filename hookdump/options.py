@@ -24,6 +24,7 @@ class CaptureOptions:
         skip_bad: record unreadable images in the manifest and go on, instead of stopping.
         resume: continue the interrupted capture in ``out`` (same options, same inputs).
         shard: ``I/N``: capture only shard I of N of the inputs (whole batches), for ``hookdump merge``.
+        attention: turn timm's fused attention off and save each attention module's weights as ``.attn``.
     """
 
     out: Path = Path("hookdump-out")
@@ -44,3 +45,4 @@ class CaptureOptions:
     skip_bad: bool = False
     resume: bool = False
     shard: str | None = None
+    attention: bool = False

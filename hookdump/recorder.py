@@ -48,6 +48,8 @@ class Recorder:
         finished: when each module last returned in the traced pass; early stop is not armed when the point
             where it would stop is the last module to return (nothing would be skipped).
         reduce: ``--reduce``: pool each tensor at hook time (``reduce.reduce``).
+        save_as: targets whose output is kept under another layer and kind: ``--attention`` keeps the output
+            of ``X.attn_drop`` as ``(X, "attn")``.
     """
 
     def __init__(
@@ -59,6 +61,7 @@ class Recorder:
         expected_calls: dict[str, int] | None = None,
         finished: dict[str, int] | None = None,
         reduce: str = "none",
+        save_as: dict[str, tuple[str, str]] | None = None,
     ) -> None:
         self.model = model
         self.what = what
@@ -72,6 +75,7 @@ class Recorder:
         self.last_call = self._last_calls(expected_calls) if expected_calls is not None and not grad else None
         self.finished = finished or {}
         self.reduce = reduce
+        self.save_as = save_as or {}
         self.batch: dict[Key, torch.Tensor] = {}  # this forward pass's copies, until drained
         self.seen: dict[Key, None] = {}  # every key ever captured, in order
         self.other: dict[Key, str] = {}  # non-tensor leaves, as repr
@@ -91,7 +95,7 @@ class Recorder:
         try:
             for path in self.selected:
                 module = modules[path]
-                if self.what in ("input", "both"):
+                if self.what in ("input", "both") and path not in self.save_as:
                     self._handles.append(
                         module.register_forward_pre_hook(self._pre_hook(path), with_kwargs=True)
                     )
@@ -156,9 +160,10 @@ class Recorder:
         def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
             call = self.calls[path]
             self.calls[path] += 1
-            if self.what in ("output", "both") and self._wanted(path, call):
+            layer, kind = self.save_as.get(path, (path, "output"))
+            if (self.what in ("output", "both") or kind != "output") and self._wanted(path, call):
                 for index, leaf in leaves(output):
-                    self._keep((path, "output", index, call), leaf)
+                    self._keep((layer, kind, index, call), leaf)
             if path in self._stop_in_target:
                 self._stop_if_done()
 
@@ -259,7 +264,7 @@ class Recorder:
     def entries(self) -> list[Captured]:
         """Every captured tensor, ordered by layer, call, then input / output / grad."""
         order = {path: i for i, path in enumerate(self.selected)}
-        rank = {"input": 0, "output": 1, "grad": 2}
+        rank = {"input": 0, "output": 1, "grad": 2, "attn": 3}
         keys = sorted(self.seen, key=lambda k: (order[k[0]], k[3], rank[k[1]]))
         return [
             Captured(

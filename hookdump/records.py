@@ -13,7 +13,7 @@ class Captured:
     """One captured tensor (its batches are streamed to disk by ``sinks.Writer``)."""
 
     layer: str
-    kind: str  # "output", "input" or "grad" (of an output)
+    kind: str  # "output", "input", "grad" (of an output) or "attn" (attention weights, --attention)
     index: str | None
     call: int
     calls_per_forward: int
@@ -29,6 +29,8 @@ class Captured:
         name = self.layer if self.calls_per_forward == 1 else f"{self.layer}@{self.call}"
         if self.kind == "input":
             return f"{name}.in{self.index}"
+        if self.kind == "attn":
+            return f"{name}.attn"
         name = name if self.index is None else f"{name}.out{self.index}"
         return f"{name}.grad" if self.kind == "grad" else name
 

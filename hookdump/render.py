@@ -146,13 +146,17 @@ def print_tree(tree: ModuleTree) -> None:
 
 
 def capture_summary(result: CaptureResult) -> str:
-    """Where the files went and their shapes, one aligned line per tensor (a safetensors file: per key)."""
+    """Where the files went and their shapes, one aligned line per tensor (a safetensors file: per key),
+    with its numbers at a glance: mean, std, zeros, and NaN / Inf when any."""
+    from .stats import summary_cells
+
     rows = [
         (
             f"{s.file}[{s.key}]" if s.key else s.file,
             s.kind if s.index is None else f"{s.kind} {s.index}",
             str(tuple(s.shape)),
             s.dtype,
+            *summary_cells(s.stats),
         )
         for s in result.tensors
     ]

@@ -74,6 +74,9 @@ class CapturePlan:
     skipped: list[dict[str, str]] = field(default_factory=list)  # --skip-bad: unreadable inputs
     progress: dict[str, Any] | None = None  # --resume: how far the interrupted run got
     shard: dict[str, Any] | None = None  # --shard I/N: which rows of which run
+    save_as: dict[str, tuple[str, str]] = field(
+        default_factory=dict
+    )  # --attention: attn_drop -> (module, attn)
 
     @property
     def modules(self) -> list[ModuleInfo]:

@@ -18,6 +18,7 @@ from .lock import OutputLock
 from .manifest import MANIFEST
 from .outdir import PROGRESS, SCRATCH
 from .records import Captured, Key, key_from_json
+from .stats import Accumulator, nonfinite_notes
 from .stream import NpyStream
 
 FORMATS = ("npy", "pt", "safetensors")
@@ -39,11 +40,13 @@ class SavedTensor:
     source_dtype: str
     modified_in_place_after_hook: bool = False
     key: str | None = None
+    stats: dict[str, Any] | None = None  # min, max, mean, std, zeros, nan, inf of the saved values
 
     def as_dict(self) -> dict[str, Any]:
         entry = dict(vars(self))
-        if entry["key"] is None:
-            del entry["key"]
+        for name in ("key", "stats"):
+            if entry[name] is None:
+                del entry[name]
         return entry
 
 
@@ -109,6 +112,7 @@ class Writer:
         self.scratch = out / SCRATCH
         self.streams: dict[Key, NpyStream] = {}
         self.source_dtypes: dict[Key, torch.dtype] = {}
+        self.stats: dict[Key, Accumulator | None] = {}  # None: resumed from a run that kept none
         self.notes: list[str] = []
         self.resumed: dict[str, Any] | None = None  # the progress continued from, with --resume
         self._keep_scratch = False
@@ -150,6 +154,8 @@ class Writer:
             key = key_from_json(state["key"])
             self.streams[key] = NpyStream.reopen(self.scratch, key[0], state)
             self.source_dtypes[key] = getattr(torch, state["source_dtype"])
+            kept = state.get("stats")
+            self.stats[key] = Accumulator.from_state(kept) if isinstance(kept, dict) else None
         self._keep_scratch = True
 
     def __exit__(self, *exc: object) -> None:
@@ -163,10 +169,15 @@ class Writer:
 
     def checkpoint(self, progress: dict[str, Any]) -> None:
         """After a batch reached the files: record it (and ``progress``: inputs, options, recorder state)."""
-        streams = [
-            {"key": list(key), **stream.state(), "source_dtype": _dtype_name(self.source_dtypes[key])}
-            for key, stream in self.streams.items()
-        ]
+        streams = []
+        for key, stream in self.streams.items():
+            acc = self.stats[key]
+            streams.append(
+                {
+                    "key": list(key), **stream.state(), "source_dtype": _dtype_name(self.source_dtypes[key]),
+                    "stats": None if acc is None else acc.state(),
+                }
+            )  # fmt: skip
         _write_json(self.scratch / PROGRESS, {**progress, "streams": streams})
 
     @property
@@ -186,13 +197,26 @@ class Writer:
             _write_json(self.out / MANIFEST, manifest)
 
     def append(self, batch: dict[Key, torch.Tensor]) -> None:
-        """Add one forward pass's tensors, each to its own stream."""
+        """Add one forward pass's tensors, each to its own stream, and to its stats (of the saved values)."""
         for key, tensor in batch.items():
             if key not in self.streams:  # a stream keeps its first dtype: one check is enough
                 check_save_dtype(self.save_dtype, self.formats, {tensor.dtype})
                 self.streams[key] = NpyStream(self.scratch / f"stream-{len(self.streams)}.npy", key[0])
                 self.source_dtypes[key] = tensor.dtype
-            self.streams[key].append(_for_saving(tensor, self.save_dtype))
+                self.stats[key] = Accumulator()
+            saved = _for_saving(tensor, self.save_dtype)
+            self.streams[key].append(saved)
+            acc = self.stats[key]
+            if acc is not None:
+                acc.update(saved)
+
+    def nonfinite_notes(self, entries: list[Captured]) -> list[str]:
+        """A note for each tensor that holds NaN or Inf, naming it."""
+        return nonfinite_notes((item.stem, item.kind, self.stats.get(item.key)) for item in entries)
+
+    def _stats(self, key: Key) -> dict[str, Any] | None:
+        acc = self.stats.get(key)
+        return None if acc is None else acc.result()
 
     def commit(self, entries: list[Captured], header: dict[str, Any]) -> list[SavedTensor]:
         """Name the files, write the other formats from the streams (never holding a whole tensor), move
@@ -227,6 +251,7 @@ class Writer:
                 source_dtype=_dtype_name(self.source_dtypes[item.key]),
                 modified_in_place_after_hook=item.modified_in_place,
                 key=item.stem if fmt == "safetensors" else None,
+                stats=self._stats(item.key),
             )
             for item, stream in zip(entries, streams, strict=True)
             for fmt in self.formats
