@@ -58,7 +58,7 @@ class Progress:
             if self._task is None:
                 self._task = self._bar.add_task("capture", total=total, rate="", written="")
             self._bar.update(self._task, completed=done, rate=f"{rate:.1f}/s", written=human_bytes(written))
-        elif now - self._last >= self.every:
+        elif now - self._last >= self.every and done < total:  # the last batch: the summary says it
             self._last = now
             eta = (total - done) / rate if rate > 0 else 0.0
             print(

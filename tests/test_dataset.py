@@ -254,7 +254,9 @@ def test_progress_is_a_plain_line_off_a_terminal_and_nothing_when_quiet(
     buffer = io.StringIO()
     with redirect_stderr(buffer), Progress(every=0) as progress:
         progress.update(4, 8, 3_000_000)
+        progress.update(8, 8, 6_000_000)  # the last: the capture's summary follows
     assert buffer.getvalue().startswith("hookdump: 4/8 images, ") and "3.0 MB written" in buffer.getvalue()
+    assert "8/8" not in buffer.getvalue()
     with redirect_stderr(buffer := io.StringIO()), Progress(enabled=False) as progress:
         progress.update(4, 8, 3_000_000)
     assert buffer.getvalue() == ""
