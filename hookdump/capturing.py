@@ -46,10 +46,12 @@ def run(
             recorder.restore(writer.resumed["recorder"])
         run = Run(torch_device, opts.dtype, opts.channels_last, opts.grad, opts.target)
 
+        writer.start({"options": options_record, "inputs": input_list})
+
         def sink(tensors: dict[Key, torch.Tensor], batch: loader.Batch, classes: list[int]) -> None:
             writer.append(tensors)
             state.advance(batch, classes)
-            writer.checkpoint(state.progress(options_record, input_list, recorder))
+            writer.checkpoint(state.progress(len(input_list), recorder), classes)
             if on_batch is not None:
                 on_batch(state.images, len(found.paths) or 1, writer.bytes_written())
 
@@ -121,10 +123,10 @@ class _RunState:
         self.classes += classes
         self.skipped += batch.failed
 
-    def progress(self, options: dict[str, Any], paths: list[str], recorder: Recorder) -> dict[str, Any]:
+    def progress(self, total: int, recorder: Recorder) -> dict[str, Any]:
+        """The small part of a checkpoint (``sinks.Writer.start`` wrote the options and inputs once)."""
         return {
-            "options": options, "inputs": paths, "batches": self.batches, "images": self.images,
-            "total": len(paths) or 1, "classes": self.classes, "skipped": self.skipped,
+            "batches": self.batches, "images": self.images, "total": total or 1, "skipped": self.skipped,
             "recorder": recorder.state(),
         }  # fmt: skip
 

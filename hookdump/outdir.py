@@ -13,7 +13,9 @@ from .errors import UsageError
 from .manifest import MANIFEST
 
 SCRATCH = ".hookdump-partial"
-PROGRESS = "progress.json"
+PROGRESS = "progress.json"  # after each batch: counts, streams, recorder state
+RUN = "run.json"  # once: the options and the inputs, for --resume to compare
+CLASSES = "classes.txt"  # with --grad: each batch's classes, a line each
 
 
 def read_manifest(out: Path) -> dict[str, Any] | None:
@@ -26,12 +28,13 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
 
 
 def read_progress(out: Path) -> dict[str, Any] | None:
-    """How far an interrupted capture got, or None when there is none to resume."""
+    """How far an interrupted capture got (with its options and inputs), or None when there is none."""
     try:
-        data = json.loads((out / SCRATCH / PROGRESS).read_text())
+        progress = json.loads((out / SCRATCH / PROGRESS).read_text())
+        run = json.loads((out / SCRATCH / RUN).read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    return {**run, **progress} if isinstance(progress, dict) and isinstance(run, dict) else None
 
 
 def check(out: Path, overwrite: bool, resume: bool) -> None:

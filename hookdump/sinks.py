@@ -16,7 +16,7 @@ from .errors import UsageError, check_choice
 from .formats import SAFETENSORS_FILE, SAFETENSORS_INDEX, write_pt, write_safetensors
 from .lock import OutputLock
 from .manifest import MANIFEST
-from .outdir import PROGRESS, SCRATCH
+from .outdir import CLASSES, PROGRESS, RUN, SCRATCH
 from .records import Captured, Key, key_from_json
 from .stats import Accumulator, nonfinite_notes
 from .stream import NpyStream
@@ -150,6 +150,10 @@ class Writer:
     def _reopen(self) -> None:
         self.resumed = outdir.read_progress(self.out)
         assert self.resumed is not None, "outdir.check makes sure"
+        lines = (self.scratch / CLASSES).read_text().splitlines() if (self.scratch / CLASSES).exists() else []
+        kept = lines[: self.resumed["batches"]]  # a batch whose classes were written, not checkpointed: again
+        (self.scratch / CLASSES).write_text("".join(f"{line}\n" for line in kept))
+        self.resumed["classes"] = [int(c) for line in kept for c in line.split()]
         for state in self.resumed["streams"]:
             key = key_from_json(state["key"])
             self.streams[key] = NpyStream.reopen(self.scratch, key[0], state)
@@ -167,8 +171,17 @@ class Writer:
         if self._created and self.out.is_dir() and not any(self.out.iterdir()):
             self.out.rmdir()
 
-    def checkpoint(self, progress: dict[str, Any]) -> None:
-        """After a batch reached the files: record it (and ``progress``: inputs, options, recorder state)."""
+    def start(self, run: dict[str, Any]) -> None:
+        """What stays the same for the whole run (options, the inputs), written once, for --resume."""
+        if self.resumed is None:
+            _write_json(self.scratch / RUN, run)
+
+    def checkpoint(self, progress: dict[str, Any], classes: list[int]) -> None:
+        """After a batch reached the files: record it (``progress``: counts, recorder state; the batch's
+        classes, with --grad, appended to a file of their own, so no checkpoint grows with the dataset)."""
+        if classes:
+            with (self.scratch / CLASSES).open("a") as handle:
+                handle.write(" ".join(map(str, classes)) + "\n")
         streams = []
         for key, stream in self.streams.items():
             acc = self.stats[key]
@@ -261,7 +274,7 @@ class Writer:
                 os.replace(stream.path, scratch / f"{item.stem}.npy")
         _remove_previous(self.out)
         for path in scratch.glob("*.*"):
-            if not path.name.startswith("stream-") and path.name != PROGRESS:
+            if not path.name.startswith("stream-") and path.name not in (PROGRESS, RUN, CLASSES):
                 os.replace(path, self.out / path.name)
         _write_json(self.out / MANIFEST, {**header, "tensors": [s.as_dict() for s in saved]})
         self._keep_scratch = False

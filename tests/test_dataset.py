@@ -262,3 +262,20 @@ def test_progress_is_a_plain_line_off_a_terminal_and_nothing_when_quiet(
     assert buffer.getvalue() == ""
     quiet = cli("capture", *MODEL, "-l", "conv1", photos, "-o", tmp_path / "q", "--quiet")
     assert quiet.exit_code == 0 and quiet.stdout == "" and quiet.stderr == ""
+
+
+def test_a_resumed_gradient_capture_keeps_every_images_class(cli, tmp_path: Path) -> None:
+    photos = _photos(tmp_path / "photos", 12)
+    args = (*SLOW, photos, "--grad")
+    assert cli("capture", *args, "-o", tmp_path / "whole").exit_code == 0
+    out = tmp_path / "out"
+    run = _start(["capture", *map(str, args), "-o", str(out)])
+    _kill_when(run, out, 6)
+    done = cli("capture", *args, "-o", out, "--resume")
+    assert done.exit_code == 0, done.stderr
+    whole = _manifest(tmp_path / "whole")
+    assert (
+        _manifest(out)["grad"]["classes"] == whole["grad"]["classes"] and len(whole["grad"]["classes"]) == 12
+    )
+    for name in ("conv.npy", "conv.grad.npy", "act.grad.npy"):
+        assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
