@@ -1,0 +1,296 @@
+"""Capture over a folder of photos, whole command against whole command: hookdump and what people write.
+
+Every case is a fresh process (imports, model build with ``torch.manual_seed(0)`` as hookdump's
+``--seed 0``, decode, timm's eval transform, forward, saving) timed end to end and run under
+``/usr/bin/time -v`` for its peak RSS (of the largest process: a DataLoader worker is not added) and cpu
+time (user + sys, worker processes included: what contention moves least); the cases take turns round by
+round (this machine is shared and noisy: read the ratios), and the script prints the median and fastest
+wall time. The photos are copies of scikit-image's RGB and grayscale sample photos, cycled to
+``--images``, in a temporary folder removed at the end.
+
+* resnet50, ``layer1`` .. ``layer4``, batch 32: the bare forward (``inference_mode``, no hooks, nothing
+  saved); a careful hand-written loop (forward hooks that clone, each batch appended to ``.npy`` files
+  whose header already holds the final shape); torchlens (``torchlens.extract`` of the four modules, per
+  batch, written the same way); ``hookdump capture`` with its defaults.
+* vit_small_patch16_224, every block's output reduced to its class token: bare, hand-written hooks keeping
+  ``output[:, 0]``, and ``hookdump capture -l 'blocks.*' --reduce cls`` (skipped with a note while
+  ``hookdump capture --help`` does not list ``--reduce``).
+* twins_svt_large from a seeded ``.safetensors`` checkpoint, ``pos_block.3.proj.0``, the bundled photo: the
+  seed's script (``create_model``, ``load_state_dict(load_file(...))``, one hook, forward, ``np.save``)
+  against ``hookdump capture --checkpoint``.
+* ``--memory``: hookdump's peak RSS on resnet50 at ``--images-large`` photos against ``--images`` (slow).
+
+    .venv/bin/python scripts/bench_dataset.py [--images 256] [--rounds 3] [--batch 32]
+        [--cases resnet,vit,twins] [--memory] [--images-large 2048]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import BinaryIO
+
+ROOT = Path(__file__).resolve().parent.parent
+HOOKDUMP = str(Path(sys.executable).with_name("hookdump"))
+RESNET, STAGES = "resnet50", ["layer1", "layer2", "layer3", "layer4"]
+VIT, VIT_DEPTH = "vit_small_patch16_224", 12
+TWINS, TWINS_LAYER = "twins_svt_large", "pos_block.3.proj.0"
+Result = tuple[float, float, float, float | None]  # wall s, peak RSS MB, cpu s, hookdump's own seconds
+Goal = tuple[str, str, str, float]  # a, b, "<=" or ">=", limit of a's median / b's
+
+
+def worker(kind: str, args: list[str]) -> None:
+    """One case's work, in this fresh process (the script runs itself as ``--worker KIND ...``)."""
+    import numpy as np
+    import timm
+    import torch
+    from PIL import Image
+    from timm.data import create_transform, resolve_data_config
+
+    if kind == "ckpt":  # the twins checkpoint, seeded weights
+        from safetensors.torch import save_file
+
+        torch.manual_seed(0)
+        save_file({k: v.contiguous() for k, v in timm.create_model(TWINS).state_dict().items()}, args[0])
+        return
+    if kind == "seed":  # the seed's script, done right: eval, no_grad, a hook that clones
+        from safetensors.torch import load_file
+
+        ckpt, photo, out = args
+        model = timm.create_model(TWINS)
+        model.load_state_dict(load_file(ckpt))
+        model.eval()
+        transform = create_transform(**resolve_data_config({}, model=model), is_training=False)
+        saved: list[torch.Tensor] = []
+        module = dict(model.named_modules())[TWINS_LAYER]
+        module.register_forward_hook(lambda m, a, o: saved.append(o.detach().clone()))
+        with torch.no_grad():
+            model(transform(Image.open(photo).convert("RGB")).unsqueeze(0))
+        Path(out).mkdir(parents=True)
+        np.save(Path(out) / f"{TWINS_LAYER}.npy", saved[0].numpy())
+        return
+    name, folder, out, batch, *names = args
+    torch.manual_seed(0)
+    model = timm.create_model(name).eval()
+    transform = create_transform(**resolve_data_config({}, model=model), is_training=False)
+    paths = sorted(Path(folder).iterdir())
+    size = int(batch)
+    kept: dict[str, torch.Tensor] = {}
+    files: dict[str, BinaryIO] = {}
+    modules = dict(model.named_modules())
+    cls = kind == "hand-cls"
+    if kind in ("hand", "hand-cls"):
+        for n in names:
+            keep = (lambda o: o[:, 0].clone()) if cls else (lambda o: o.detach().clone())
+            modules[n].register_forward_hook(lambda m, a, o, n=n, keep=keep: kept.__setitem__(n, keep(o)))
+    if kind == "torchlens":
+        import torchlens
+
+    def save(start: int, outputs: dict[str, torch.Tensor]) -> None:
+        for n, t in outputs.items():
+            if n not in files:  # the .npy header holds the final shape, then each batch's rows follow
+                files[n] = (Path(out) / f"{n}.npy").open("wb")
+                header = {"descr": "<f4", "fortran_order": False, "shape": (len(paths), *t.shape[1:])}
+                np.lib.format.write_array_header_2_0(files[n], header)
+            t.numpy().tofile(files[n])
+
+    if kind != "bare":
+        Path(out).mkdir(parents=True)
+    grad_off = torch.no_grad() if kind == "torchlens" else torch.inference_mode()
+    with grad_off:
+        for start in range(0, len(paths), size):
+            x = torch.stack([transform(Image.open(p).convert("RGB")) for p in paths[start : start + size]])
+            if kind == "torchlens":
+                save(start, torchlens.extract(model, x, names))
+            else:
+                model(x)
+                save(start, kept)
+    for f in files.values():
+        f.close()
+
+
+def run(cmd: list[str]) -> Result:
+    """Wall seconds, peak RSS (MB) and hookdump's own reported seconds of one command (nan: it failed)."""
+    start = time.perf_counter()
+    done = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:  # a failed run counts as nan (others edit hookdump while this runs)
+        tail = done.stderr.split("\tCommand being timed")[0][-3000:]
+        print(f"FAILED ({done.returncode}): {' '.join(cmd)}\n{tail}", file=sys.stderr)
+        return math.nan, math.nan, math.nan, None
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)[1]) / 1024  # type: ignore[index]
+    cpu = sum(float(x) for x in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", done.stderr))
+    own = re.search(r"wrote \d+ file\(s\).* in ([\d.]+)s on", done.stdout)
+    return wall, rss, cpu, float(own[1]) if own else None
+
+
+def me(kind: str, *args: object) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "--worker", kind, *map(str, args)]
+
+
+def hookdump(*args: object) -> list[str]:
+    return [HOOKDUMP, "capture", *map(str, args)]
+
+
+def photos(folder: Path, count: int) -> Path:
+    """``count`` hard links (or copies) of scikit-image's RGB and grayscale photos, cycled."""
+    from PIL import Image
+
+    data = Path(importlib.util.find_spec("skimage").origin).parent / "data"  # type: ignore[arg-type,union-attr]
+    picks = [p for p in sorted(data.glob("*.png")) if Image.open(p).mode in ("RGB", "L")]
+    folder.mkdir()
+    for i in range(count):
+        target = folder / f"img{i:05d}.png"
+        try:
+            os.link(picks[i % len(picks)], target)
+        except OSError:
+            shutil.copy(picks[i % len(picks)], target)
+    return folder
+
+
+def bench(cases: dict[str, tuple[list[str], Path]], rounds: int) -> dict[str, list[Result]]:
+    """Every case (command, output folder) once a round, in turn; the folder is removed after each run."""
+    results: dict[str, list[Result]] = {name: [] for name in cases}
+    for r in range(rounds):
+        for name, (cmd, out) in cases.items():
+            shutil.rmtree(out, ignore_errors=True)
+            results[name].append(run(cmd))
+            shutil.rmtree(out, ignore_errors=True)
+            print(f"  round {r + 1}/{rounds} {name}: {results[name][-1][0]:.1f}s", file=sys.stderr)
+    return results
+
+
+def med(values: list[Result], i: int) -> float:
+    done = [float(v[i] or 0.0) for v in values if not math.isnan(v[0])]
+    return statistics.median(done) if done else math.nan
+
+
+def table(title: str, results: dict[str, list[Result]], base: str, goals: list[Goal]) -> None:
+    """Median and fastest wall time, median cpu time (user + sys, worker processes included), each as a
+    ratio to ``base``, peak RSS; then the goal lines ``a / b`` (``<=`` or ``>=`` limit) on median wall."""
+    print(title)
+    head = f"{'case':<26}{'median s':>9}{'x':>6}{'min s':>8}{'x':>6}{'cpu s':>8}{'x':>6}"
+    print(f"{head}{'peak RSS MB':>12}{'own s':>7}")
+    walls = {name: med(values, 0) for name, values in results.items()}
+    cpus = {name: med(values, 2) for name, values in results.items()}
+    mins = {name: min((v[0] for v in values), default=math.nan) for name, values in results.items()}
+    for name, values in results.items():
+        owns = [v[3] for v in values if v[3] is not None]
+        own = f"{statistics.median(owns):>7.1f}" if owns else ""
+        wall, fast, cpu = walls[name], mins[name], cpus[name]
+        print(f"{name:<26}{wall:>9.1f}{wall / walls[base]:>6.2f}{fast:>8.1f}{fast / mins[base]:>6.2f}"
+              f"{cpu:>8.1f}{cpu / cpus[base]:>6.2f}{med(values, 1):>12.0f}{own}")  # fmt: skip
+    for a, b, op, limit in goals:
+        if a in walls and b in walls:
+            ratio = walls[a] / walls[b]
+            met = ratio <= limit if op == "<=" else ratio >= limit
+            verdict = "not measured (a run failed)" if math.isnan(ratio) else "met" if met else "MISSED"
+            also = f"(min {mins[a] / mins[b]:.2f}, cpu {cpus[a] / cpus[b]:.2f})"
+            print(f"goal: {a} / {b} {op} {limit:g}: {ratio:.2f} {verdict} {also}")
+    print()
+
+
+def resnet(args: argparse.Namespace, images: Path, work: Path) -> None:
+    """resnet50, four stages: bare, hand-written, torchlens, hookdump; with ``--memory``, the large run."""
+    n, stages = args.batch, [x for layer in STAGES for x in ("-l", layer)]
+    cases = {
+        "bare forward": (me("bare", RESNET, images, work / "o1", n), work / "o1"),
+        "hand-written hooks": (me("hand", RESNET, images, work / "o2", n, *STAGES), work / "o2"),
+        "torchlens": (me("torchlens", RESNET, images, work / "o3", n, *STAGES), work / "o3"),
+        "hookdump": (
+            hookdump("-m", RESNET, *stages, images, "--batch-size", n, "-o", work / "o4"),
+            work / "o4",
+        ),
+    }
+    if importlib.util.find_spec("torchlens") is None:
+        print("note: torchlens is not installed (pip install torchlens): its row is left out")
+        del cases["torchlens"]
+    res = bench(cases, args.rounds)
+    goals = [("hookdump", "bare forward", "<=", 1.03), ("hand-written hooks", "hookdump", ">=", 1.05),
+             ("torchlens", "hookdump", ">=", 4.0)]  # fmt: skip
+    table(f"{RESNET}, {', '.join(STAGES)}, {args.images} photos, batch {n}", res, "bare forward", goals)
+    if args.memory:
+        large = photos(work / "images-large", args.images_large)
+        wall, big, _, _ = run(hookdump("-m", RESNET, *stages, large, "--batch-size", n, "-o", work / "o5"))
+        shutil.rmtree(work / "o5")
+        shutil.rmtree(large)
+        small = med(res["hookdump"], 1)
+        print(f"hookdump peak RSS: {args.images} photos {small:.0f} MB (median), {args.images_large} photos "
+              f"{big:.0f} MB (one run, {wall:.0f}s); goal {args.images_large} / {args.images} <= 1.10: "
+              f"{big / small:.2f} {'met' if big / small <= 1.10 else 'MISSED'}\n")  # fmt: skip
+
+
+def vit(args: argparse.Namespace, images: Path, work: Path) -> None:
+    """Every block's class token: bare, hand-written ``output[:, 0]``, ``hookdump --reduce cls``."""
+    helptext = subprocess.run([HOOKDUMP, "capture", "--help"], capture_output=True, text=True).stdout
+    if "--reduce" not in helptext:
+        print(f"note: {VIT} case skipped: `hookdump capture --help` does not list --reduce yet\n")
+        return
+    n, blocks = args.batch, [f"blocks.{i}" for i in range(VIT_DEPTH)]
+    command = hookdump(
+        "-m", VIT, "-l", "blocks.*", "--reduce", "cls", images, "--batch-size", n, "-o", work / "o3"
+    )
+    cases = {
+        "bare forward": (me("bare", VIT, images, work / "o1", n), work / "o1"),
+        "hand-written output[:, 0]": (me("hand-cls", VIT, images, work / "o2", n, *blocks), work / "o2"),
+        "hookdump --reduce cls": (command, work / "o3"),
+    }
+    goals = [("hookdump --reduce cls", "bare forward", "<=", 1.03),
+             ("hand-written output[:, 0]", "hookdump --reduce cls", ">=", 1.05)]  # fmt: skip
+    title = f"{VIT}, every block's class token, {args.images} photos, batch {n}"
+    table(title, bench(cases, args.rounds), "bare forward", goals)
+
+
+def twins(args: argparse.Namespace, work: Path) -> None:
+    """The seed's job from a checkpoint: the seed's script against ``hookdump capture --checkpoint``."""
+    ckpt, photo = work / "twins.safetensors", ROOT / "hookdump" / "data" / "sample.jpg"
+    run(me("ckpt", ckpt))
+    command = hookdump("-m", TWINS, "--checkpoint", ckpt, "-l", TWINS_LAYER, photo, "-o", work / "o2")
+    cases = {"seed script": (me("seed", ckpt, photo, work / "o1"), work / "o1"),
+             "hookdump --checkpoint": (command, work / "o2")}  # fmt: skip
+    goals = [("hookdump --checkpoint", "seed script", "<=", 0.9)]
+    table(f"{TWINS} from a .safetensors checkpoint, {TWINS_LAYER}, one photo", bench(cases, args.rounds),
+          "seed script", goals)  # fmt: skip
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        return worker(sys.argv[2], sys.argv[3:])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--images", type=int, default=256, help="photos of every case but twins")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are printed")
+    parser.add_argument("--batch", type=int, default=32, help="images per forward pass, everyone")
+    parser.add_argument("--cases", default="resnet,vit,twins", help="comma-separated: resnet, vit, twins")
+    parser.add_argument("--memory", action="store_true", help="hookdump's peak RSS at --images-large too")
+    parser.add_argument("--images-large", type=int, default=2048, help="photos of the --memory run")
+    args = parser.parse_args()
+    chosen, began = set(args.cases.split(",")), time.perf_counter()
+    print(f"fresh processes, whole-command wall time (imports, model build, decode, transform, forward,"
+          f" saving), cpu, {args.rounds} interleaved rounds, medians; x: ratio to the first row;"
+          f" cpu s and peak RSS from /usr/bin/time -v; own s: the seconds hookdump reports\n")  # fmt: skip
+    work = Path(tempfile.mkdtemp(prefix="hookdump-dataset-"))
+    try:
+        images = photos(work / "images", args.images)
+        if "resnet" in chosen:
+            resnet(args, images, work)
+        if "vit" in chosen:
+            vit(args, images, work)
+        if "twins" in chosen:
+            twins(args, work)
+    finally:
+        shutil.rmtree(work)
+    print(f"total {time.perf_counter() - began:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
