@@ -3,6 +3,8 @@ an interruption that keeps what reached the disk, and the files and manifest at 
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -48,22 +50,32 @@ def run(
 
         writer.start({"options": options_record, "inputs": input_list})
 
-        def sink(tensors: dict[Key, torch.Tensor], batch: loader.Batch, classes: list[int]) -> None:
+        def write(item: tuple[dict[Key, torch.Tensor], dict[str, Any], list[int], int]) -> None:
+            tensors, progress, classes, images = item
             writer.append(tensors)
-            state.advance(batch, classes)
-            writer.checkpoint(state.progress(len(input_list), recorder), classes)
+            writer.checkpoint(progress, classes)
             if on_batch is not None:
-                on_batch(state.images, len(found.paths) or 1, writer.bytes_written())
+                on_batch(images, len(found.paths) or 1, writer.bytes_written())
+
+        behind = Behind(write)
+
+        def sink(tensors: dict[Key, torch.Tensor], batch: loader.Batch, classes: list[int]) -> None:
+            state.advance(batch, classes)
+            behind.put((tensors, state.progress(len(input_list), recorder), classes, state.images))
 
         batches = _batches(found, state.batches)
         try:
             forward_all(net, recorder, batches, run, name.requested, sink)
+            behind.close()
         except KeyboardInterrupt as exc:
+            behind.close(errors=False)  # the batches already computed still reach the disk
             code = exc.exit_code if isinstance(exc, Interrupted) else 130
             writer.suspend(manifest.incomplete(options_record, state.images, len(found.paths) or 1))
             raise Interrupted(
                 code, _interrupted_text(opts.out, state.images, len(found.paths) or 1, writer)
             ) from None
+        finally:
+            behind.close(errors=False)
         results = recorder.entries()
         notes = (
             found.tree.notes + weight_notes + found.notes + writer.notes + _capture_notes(recorder, results)
@@ -103,6 +115,44 @@ def run(
     )
 
 
+class Behind:
+    """Runs ``work(item)`` on a thread, in order, at most ``depth`` items behind the caller, so that a batch
+    is written while the next one goes through the model. An error in the thread is raised at the next
+    ``put`` or at ``close``."""
+
+    _STOP = object()
+
+    def __init__(self, work: Callable[[Any], None], depth: int = 1) -> None:
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, args=(work,), name="hookdump-writer", daemon=True)
+        self._thread.start()
+
+    def _loop(self, work: Callable[[Any], None]) -> None:
+        while (item := self._queue.get()) is not self._STOP:
+            if self._error is None:  # after an error, items are taken and dropped: the caller never blocks
+                try:
+                    work(item)
+                except BaseException as exc:
+                    self._error = exc
+
+    def put(self, item: Any) -> None:
+        self._raise()
+        self._queue.put(item)
+
+    def close(self, errors: bool = True) -> None:
+        """Wait until every item put is done (idempotent); ``errors``: raise the thread's error, if any."""
+        if self._thread.is_alive():
+            self._queue.put(self._STOP)
+            self._thread.join()
+        if errors:
+            self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+
 class _RunState:
     """How far the run got: batches, images, classes, skipped inputs; continued from ``progress``."""
 
@@ -126,8 +176,8 @@ class _RunState:
     def progress(self, total: int, recorder: Recorder) -> dict[str, Any]:
         """The small part of a checkpoint (``sinks.Writer.start`` wrote the options and inputs once)."""
         return {
-            "batches": self.batches, "images": self.images, "total": total or 1, "skipped": self.skipped,
-            "recorder": recorder.state(),
+            "batches": self.batches, "images": self.images, "total": total or 1,
+            "skipped": list(self.skipped), "recorder": recorder.state(),
         }  # fmt: skip
 
 

@@ -249,7 +249,7 @@ class Recorder:
             "seen": [list(k) for k in self.seen],
             "other": [[*k, v] for k, v in self.other.items()],
             "modified": [list(k) for k in self.modified],
-            "calls_per_forward": self.calls_per_forward,
+            "calls_per_forward": dict(self.calls_per_forward),
             "stopped_early": self.stopped_early,
         }
 

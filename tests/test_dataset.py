@@ -279,3 +279,29 @@ def test_a_resumed_gradient_capture_keeps_every_images_class(cli, tmp_path: Path
     )
     for name in ("conv.npy", "conv.grad.npy", "act.grad.npy"):
         assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+def test_batches_are_written_behind_the_forward_in_order_and_errors_surface() -> None:
+    from hookdump.capturing import Behind
+
+    done: list[int] = []
+    behind = Behind(done.append)
+    for i in range(50):
+        behind.put(i)
+    behind.close()
+    behind.close()  # idempotent
+    assert done == list(range(50))
+
+    def fail(item: int) -> None:
+        if item == 3:
+            raise OSError(28, "No space left on device")
+        done.append(item)
+
+    done.clear()
+    failing = Behind(fail)
+    with pytest.raises(OSError, match="No space left"):
+        for i in range(50):  # the error surfaces at a later put, not never
+            failing.put(i)
+        failing.close()
+    failing.close(errors=False)
+    assert done == [0, 1, 2]
