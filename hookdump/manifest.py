@@ -5,15 +5,24 @@ from __future__ import annotations
 
 import os
 import platform
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .inputs import InputSpec, sha256
-from .models import ModelSpec, ResolvedName
-from .options import CaptureOptions
+
+if TYPE_CHECKING:  # kept out at run time: reading a capture back (reader.py) needs no torch
+    from .inputs import InputSpec
+    from .models import ModelSpec, ResolvedName
+    from .options import CaptureOptions
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 2
+
+
+def entry_stem(entry: dict[str, Any]) -> str:
+    """A ``tensors`` entry's tensor name: the safetensors key, else the file name without its suffix."""
+    if entry.get("format") == "safetensors":
+        return str(entry["key"])
+    return str(entry["file"]).removesuffix("." + str(entry["format"]))
 
 
 def options_record(
@@ -70,6 +79,8 @@ def header(
     import PIL
     import timm
     import torch
+
+    from .inputs import sha256
 
     checkpoint = spec.checkpoint
     return {

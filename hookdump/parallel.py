@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .errors import HookdumpError, InputError, UsageError
+from .manifest import MANIFEST, entry_stem
 from .outdir import read_manifest
 from .records import Captured, key_from_json
 from .sinks import SavedTensor, Writer
@@ -72,9 +73,9 @@ def merge(shard_dirs: list[Path], out: Path, overwrite: bool = False) -> MergeRe
     order = sorted(range(len(manifests)), key=lambda i: manifests[i]["shard"]["index"])
     captures = [Capture(shard_dirs[i]) for i in order]
     first = captures[0].manifest
-    entries = _entries_by_stem(first)
+    entries = captures[0].entries  # one manifest entry per tensor, whatever formats hold it
     for capture in captures[1:]:
-        if set(_entries_by_stem(capture.manifest)) != set(entries):
+        if set(capture.entries) != set(entries):
             raise InputError(
                 f"`{capture.path}` holds other tensors than `{captures[0].path}`.",
                 "Shards of one run hold the same layers; capture the shards again with one command.",
@@ -93,7 +94,7 @@ def merge(shard_dirs: list[Path], out: Path, overwrite: bool = False) -> MergeRe
         records = [_captured(stem, entry, captures) for stem, entry in entries.items()]
         header = _merged_header(first, [c.manifest for c in captures], shard_dirs, out)
         saved = writer.commit(records, header)
-    return MergeResult(out, out / "manifest.json", len(captures), len(header["inputs"]), saved)
+    return MergeResult(out, out / MANIFEST, len(captures), len(header["inputs"]), saved)
 
 
 def _shard_manifest(folder: Path) -> dict[str, Any]:
@@ -132,15 +133,6 @@ def _check_complete_set(dirs: list[Path], manifests: list[dict[str, Any]]) -> No
         raise InputError(f"Shards missing: {', '.join(missing)}.", "Capture them, then merge all N together.")
 
 
-def _entries_by_stem(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """One manifest entry per tensor (several formats of one tensor are one)."""
-    found: dict[str, dict[str, Any]] = {}
-    for entry in manifest["tensors"]:
-        stem = entry.get("key") or Path(entry["file"]).stem
-        found.setdefault(stem, entry)
-    return found
-
-
 def _append(writer: Writer, entry: dict[str, Any], array: Any) -> None:
     key = key_from_json([entry["layer"], entry["kind"], entry["index"], entry["call"]])
     for start in range(0, int(array.shape[0]), MERGE_CHUNK_ROWS):
@@ -159,7 +151,7 @@ def _captured(stem: str, entry: dict[str, Any], captures: list[Any]) -> Captured
         e.get("modified_in_place_after_hook", False)
         for c in captures
         for e in c.manifest["tensors"]
-        if (e.get("key") or Path(e["file"]).stem) == stem
+        if entry_stem(e) == stem
     )
     return record
 

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 
 from .errors import InputError, did_you_mean
+from .manifest import MANIFEST, entry_stem
 
 if TYPE_CHECKING:
     import torch
 
 Array: TypeAlias = "np.ndarray[Any, Any] | torch.Tensor"  # a torch.Tensor only for bfloat16 (and .pt)
 
-MANIFEST = "manifest.json"
 _PREFERENCE = {"npy": 0, "safetensors": 1, "pt": 2}  # the first memory-mappable format wins
 _SAFETENSORS_DTYPES = {  # safetensors' name -> the manifest's (torch's) name
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
@@ -57,7 +57,7 @@ class Capture(Mapping[str, Array]):
         for entry in listed:
             if entry.get("format") not in _PREFERENCE:
                 continue
-            key = _key(entry)
+            key = entry_stem(entry)
             if key not in chosen or _PREFERENCE[entry["format"]] < _PREFERENCE[chosen[key]["format"]]:
                 chosen[key] = entry  # insertion order = first appearance: manifest order
         self.entries: dict[str, dict[str, Any]] = chosen
@@ -182,13 +182,6 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict) or not isinstance(manifest.get("tensors"), list):
         raise InputError(f"`{path / MANIFEST}` is not a hookdump manifest (no `tensors` list).", _REDO)
     return manifest
-
-
-def _key(entry: dict[str, Any]) -> str:
-    """The tensor's name: the safetensors key, else the file name without its suffix."""
-    if entry.get("format") == "safetensors":
-        return str(entry["key"])
-    return str(entry["file"]).removesuffix("." + str(entry["format"]))
 
 
 def _numpy_dtype(name: str) -> np.dtype[Any]:

@@ -175,11 +175,10 @@ def merge_summary(merged: MergeResult) -> str:
 
 def plan(found: CapturePlan) -> str:
     """``--dry-run``: each module that would be hooked, its class, calls, output shapes and file size."""
-    sizes = found.sizes
     rows = [
         (
             m.name, m.type, f"x{m.calls}" if m.calls and m.calls > 1 else "", shape_text(m.output_shapes),
-            human_bytes(sum(v for k, v in sizes.items() if k.split("@")[0] == m.name)),
+            human_bytes(_module_bytes(found, m.name)),
         )
         for m in found.modules
     ]  # fmt: skip
@@ -195,12 +194,14 @@ def plan(found: CapturePlan) -> str:
     return "\n".join([f"would hook {len(rows)} module(s) of {found.tree.requested}:", *rows_text, total])
 
 
+def _module_bytes(found: CapturePlan, name: str) -> int:
+    """What a module's files take in one format (every call of it that is captured)."""
+    return sum(size for label, size in found.sizes.items() if label.split("@")[0] == name)
+
+
 def plan_dict(found: CapturePlan) -> list[dict[str, Any]]:
     """``--dry-run --json``: the modules it would hook, each with ``bytes`` (its files in one format)."""
-    return [
-        {**m.as_dict(), "bytes": sum(v for k, v in found.sizes.items() if k.split("@")[0] == m.name)}
-        for m in found.modules
-    ]
+    return [{**m.as_dict(), "bytes": _module_bytes(found, m.name)} for m in found.modules]
 
 
 def _aligned(rows: Sequence[tuple[str, ...]]) -> list[str]:

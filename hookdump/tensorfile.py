@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from .errors import HookdumpError, InputError, UsageError, did_you_mean
+from .manifest import entry_stem
 
 SUFFIXES = (".npy", ".pt", ".pth", ".safetensors")
 _WHAT = "Pass a .npy, .pt or .safetensors file that `hookdump capture` wrote, or a capture folder with --key."
@@ -71,9 +72,7 @@ def _in_folder(folder: Path, key: str | None) -> tuple[Path, str | None]:
     files: dict[str, tuple[str, str | None]] = {}
     order = {"npy": 0, "pt": 1, "safetensors": 2}
     for entry in sorted(manifest.get("tensors", []), key=lambda e: order.get(e.get("format"), 3)):
-        fmt_key = entry.get("key")
-        name = fmt_key or Path(entry["file"]).stem
-        files.setdefault(name, (entry["file"], fmt_key))
+        files.setdefault(entry_stem(entry), (entry["file"], entry.get("key")))
     key = _pick(key, list(files), f"`{folder}`")
     file, inner = files[key]
     return folder / file, inner
