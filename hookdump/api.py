@@ -18,6 +18,7 @@ from . import (
     inputs,
     inventory,
     layers,
+    layouts,
     manifest,
     models,
     outdir,
@@ -168,7 +169,11 @@ def plan(
     )
     targets = layers.resolve(list(layer_specs), found, name.requested)
     tree = ModuleTree(name.requested, name.timm_name, found, name.notes + found.notes)
-    notes = reduce.check(opts.reduce, {t.path: found.get(t.path).output_shapes for t in targets})  # type: ignore[union-attr]
+    typed = meta_model if meta_model is not None else load_real()[0]  # module types are all it needs
+    channels_last = layouts.channels_last_paths(typed, [t.path for t in targets])
+    prefix_tokens = getattr(typed, "num_prefix_tokens", None)
+    shapes = {t.path: found.get(t.path).output_shapes for t in targets}  # type: ignore[union-attr]
+    notes = reduce.check(opts.reduce, shapes, prefix_tokens)
     save_as: dict[str, tuple[str, str]] = {}
     if opts.attention:
         drops = attention.targets(targets, found, name.requested)
@@ -191,12 +196,12 @@ def plan(
         record = manifest.options_record(source, list(layer_specs), spec, opts)
         paths, shard = _shard(paths, source, opts, record)
     rows = len(paths) if source is not None and not source.random else 1
-    sizes = budget.per_layer(found, targets, opts, rows)
+    sizes = budget.per_layer(found, targets, opts, rows, channels_last)
     needed = budget.total(sizes, opts)
     budget.check_fits(needed, opts.out, already=_bytes_in(opts.out / outdir.SCRATCH) if opts.resume else 0)
     return CapturePlan(
         tree, targets, spec, opts, source, paths, config, notes, load_real, sizes, needed, skipped, progress,
-        shard, save_as,
+        shard, save_as, channels_last, prefix_tokens,
     )  # fmt: skip
 
 

@@ -23,7 +23,11 @@ def _element_bytes(opts: CaptureOptions) -> int:
 
 
 def per_layer(
-    inventory: Inventory, targets: list[LayerTarget], opts: CaptureOptions, rows: int
+    inventory: Inventory,
+    targets: list[LayerTarget],
+    opts: CaptureOptions,
+    rows: int,
+    channels_last: set[str] | frozenset[str] = frozenset(),
 ) -> dict[str, int]:
     """Bytes each target's files take in one format (every call, output / input / gradient as asked)."""
     sizes: dict[str, int] = {}
@@ -37,7 +41,9 @@ def per_layer(
             leaves += info.output_shapes * (2 if opts.grad else 1)
         if opts.what in ("input", "both"):
             leaves += info.input_shapes
-        per_row = sum(_numel(reduced_shape(s, opts.reduce)[1:]) for s in leaves if s)
+        per_row = sum(
+            _numel(reduced_shape(s, opts.reduce, target.path in channels_last)[1:]) for s in leaves if s
+        )
         label = target.path if target.call is None else f"{target.path}@{target.call}"
         sizes[label] = per_row * rows * calls * _element_bytes(opts)
     return sizes

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import loader, manifest, models, sinks, units
+from . import layouts, loader, manifest, models, sinks, units
 from .errors import Interrupted
 from .inputs import random_batch
 from .inputs import records as input_records
@@ -77,6 +77,11 @@ def run(
         finally:
             behind.close(errors=False)
         results = recorder.entries()
+        modules = dict(net.named_modules())
+        for item in results:
+            shape = writer.streams[item.key].shape
+            last = item.layer in found.channels_last
+            item.layout = layouts.layout(shape, item.kind, last, modules.get(item.layer))
         notes = (
             found.tree.notes + weight_notes + found.notes + writer.notes + _capture_notes(recorder, results)
         )
@@ -98,6 +103,7 @@ def run(
         if found.shard is not None:
             extra["shard"] = found.shard
         header = manifest.header(spec, name, str(torch_device), found.config, records, options_record, extra)
+        header["model"]["num_prefix_tokens"] = found.prefix_tokens
         saved = writer.commit(results, header)
     return CaptureResult(
         out=opts.out,
@@ -187,7 +193,7 @@ def _recorder(net: torch.nn.Module, found: CapturePlan) -> Recorder:
     finished = {m.name: m.finished for m in modules if m.finished is not None}
     return Recorder(
         net, found.targets, opts.what, grad=opts.grad, expected_calls=calls if opts.early_stop else None,
-        finished=finished, reduce=opts.reduce, save_as=found.save_as,
+        finished=finished, reduce=opts.reduce, save_as=found.save_as, channels_last=found.channels_last,
     )  # fmt: skip
 
 

@@ -144,7 +144,9 @@ def _append(writer: Writer, entry: dict[str, Any], array: Any) -> None:
 
 def _captured(stem: str, entry: dict[str, Any], captures: list[Any]) -> Captured:
     """The record ``commit`` names files from: ``calls_per_forward`` only matters for the ``@k`` in names."""
-    record = Captured(entry["layer"], entry["kind"], entry["index"], entry["call"], 1)
+    record = Captured(
+        entry["layer"], entry["kind"], entry["index"], entry["call"], 1, layout=entry.get("layout")
+    )
     if record.stem != stem:
         record.calls_per_forward = 2
     record.modified_in_place = any(

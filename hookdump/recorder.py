@@ -50,6 +50,7 @@ class Recorder:
         reduce: ``--reduce``: pool each tensor at hook time (``reduce.reduce``).
         save_as: targets whose output is kept under another layer and kind: ``--attention`` keeps the output
             of ``X.attn_drop`` as ``(X, "attn")``.
+        channels_last: layers whose 4-D maps are ``(N, H, W, C)``, so that ``reduce`` pools the right axes.
     """
 
     def __init__(
@@ -62,6 +63,7 @@ class Recorder:
         finished: dict[str, int] | None = None,
         reduce: str = "none",
         save_as: dict[str, tuple[str, str]] | None = None,
+        channels_last: set[str] | frozenset[str] = frozenset(),
     ) -> None:
         self.model = model
         self.what = what
@@ -76,6 +78,7 @@ class Recorder:
         self.finished = finished or {}
         self.reduce = reduce
         self.save_as = save_as or {}
+        self.channels_last = channels_last
         self.batch: dict[Key, torch.Tensor] = {}  # this forward pass's copies, until drained
         self.seen: dict[Key, None] = {}  # every key ever captured, in order
         self.other: dict[Key, str] = {}  # non-tensor leaves, as repr
@@ -189,7 +192,9 @@ class Recorder:
             value.register_hook(keep_grad)  # type: ignore[no-untyped-call]
 
     def _store(self, key: Key, tensor: torch.Tensor) -> None:
-        self.batch[key] = pool(tensor.detach(), self.reduce).to("cpu", copy=True)
+        self.batch[key] = pool(tensor.detach(), self.reduce, key[0] in self.channels_last).to(
+            "cpu", copy=True
+        )
         self.seen[key] = None
 
     def drain(self) -> dict[Key, torch.Tensor]:

@@ -18,6 +18,7 @@ class Captured:
     call: int
     calls_per_forward: int
     modified_in_place: bool = False
+    layout: str | None = None  # the axes as saved: NCHW, NHWC, NLC, NC, ... (``layouts.layout``)
 
     @property
     def key(self) -> Key:

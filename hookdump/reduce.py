@@ -11,27 +11,31 @@ from .errors import UsageError
 REDUCTIONS = ("none", "mean", "max", "cls")
 
 
-def reduced_shape(shape: list[int], how: str) -> list[int]:
-    """The shape a tensor of ``shape`` has once reduced (unchanged when there is nothing to pool)."""
+def reduced_shape(shape: list[int], how: str, channels_last: bool = False) -> list[int]:
+    """The shape a tensor of ``shape`` has once reduced (unchanged when there is nothing to pool).
+    ``channels_last``: a 4-D map is ``(N, H, W, C)`` (``layouts.channels_last_paths``)."""
     if how == "none" or len(shape) not in (3, 4):
         return list(shape)
     if how == "cls" and len(shape) != 3:
         return list(shape)
-    return [shape[0], shape[1]] if len(shape) == 4 else [shape[0], shape[2]]
+    if len(shape) == 4:
+        return [shape[0], shape[3] if channels_last else shape[1]]
+    return [shape[0], shape[2]]
 
 
-def reduce(tensor: torch.Tensor, how: str) -> torch.Tensor:
+def reduce(tensor: torch.Tensor, how: str, channels_last: bool = False) -> torch.Tensor:
     """``tensor`` pooled as ``how`` says (a tensor with no map to pool is returned as it is)."""
     if how == "none" or tensor.dim() not in (3, 4) or not tensor.is_floating_point():
         return tensor
     if how == "cls":
         return tensor[:, 0] if tensor.dim() == 3 else tensor
-    dims = (2, 3) if tensor.dim() == 4 else (1,)
+    dims = ((1, 2) if channels_last else (2, 3)) if tensor.dim() == 4 else (1,)
     return tensor.mean(dim=dims) if how == "mean" else tensor.amax(dim=dims)
 
 
-def check(how: str, shapes: dict[str, list[list[int]]]) -> list[str]:
-    """Refuse ``cls`` where no tensor is a token map; notes for tensors that stay as they are."""
+def check(how: str, shapes: dict[str, list[list[int]]], prefix_tokens: int | None = None) -> list[str]:
+    """Refuse ``cls`` where no tensor is a token map or the model has no class token; notes for tensors
+    that stay as they are. ``prefix_tokens``: the model's ``num_prefix_tokens`` (None: it has none)."""
     if how not in REDUCTIONS:
         raise UsageError(f"--reduce `{how}` is not one of {', '.join(REDUCTIONS)}.", "Use --reduce mean.")
     if how == "none":
@@ -41,6 +45,12 @@ def check(how: str, shapes: dict[str, list[list[int]]]) -> list[str]:
         raise UsageError(
             f"--reduce cls takes the first token of (N, L, C) token maps; none of {', '.join(kept)} is one.",
             "Use --reduce mean or max for (N, C, H, W) maps.",
+        )
+    if how == "cls" and not prefix_tokens:
+        raise UsageError(
+            f"--reduce cls takes the class token, and this model has none (timm's `num_prefix_tokens` is"
+            f" {prefix_tokens}): its first token is an ordinary patch.",
+            "Use --reduce mean (or max) to pool the tokens.",
         )
     return [
         f"--reduce {how} leaves {name} as it is: it has no (N, C, H, W) or (N, L, C) map" for name in kept

@@ -77,6 +77,8 @@ class CapturePlan:
     save_as: dict[str, tuple[str, str]] = field(
         default_factory=dict
     )  # --attention: attn_drop -> (module, attn)
+    channels_last: set[str] = field(default_factory=set)  # layers whose 4-D maps are (N, H, W, C)
+    prefix_tokens: int | None = None  # the model's num_prefix_tokens (class, distillation, registers)
 
     @property
     def modules(self) -> list[ModuleInfo]:

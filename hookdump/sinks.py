@@ -41,10 +41,11 @@ class SavedTensor:
     modified_in_place_after_hook: bool = False
     key: str | None = None
     stats: dict[str, Any] | None = None  # min, max, mean, std, zeros, nan, inf of the saved values
+    layout: str | None = None  # the axes: NCHW, NHWC, NLC, NC, attn (``layouts.layout``)
 
     def as_dict(self) -> dict[str, Any]:
         entry = dict(vars(self))
-        for name in ("key", "stats"):
+        for name in ("key", "stats", "layout"):
             if entry[name] is None:
                 del entry[name]
         return entry
@@ -265,6 +266,7 @@ class Writer:
                 modified_in_place_after_hook=item.modified_in_place,
                 key=item.stem if fmt == "safetensors" else None,
                 stats=self._stats(item.key),
+                layout=item.layout,
             )
             for item, stream in zip(entries, streams, strict=True)
             for fmt in self.formats
