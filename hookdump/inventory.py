@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import featlevels
 from .errors import InputError, UsageError
 from .meta import FastShapes
 from .outputs import tensor_shapes
@@ -34,6 +35,7 @@ class ModuleInfo:
     input_shapes: list[list[int]] = field(default_factory=list)  # positional tensor inputs, first call
     finished: int | None = None  # when its last call returned, counted in module returns of the traced pass
     fused_attention: bool = False  # an attn_drop whose attention module runs fused (so it never runs)
+    feature_levels: list[int] = field(default_factory=list)  # the timm feature levels (feat:K) it gives
 
     @property
     def fires(self) -> bool | None:
@@ -67,6 +69,7 @@ class ModuleInfo:
             "depth": self.depth,
             "children": self.children,
             "reason": self.reason,
+            "feature_levels": self.feature_levels,
         }
 
 
@@ -79,6 +82,8 @@ class Inventory:
     input_size: tuple[int, ...]
     traced_on: str | None  # "meta", "cpu", "cuda", or None when no pass was run
     notes: list[str] = field(default_factory=list)
+    feature_info: list[dict[str, Any]] | None = None  # the model's own, as timm declares it
+    levels: list[featlevels.FeatureLevel] = field(default_factory=list)  # feature_info resolved (featlevels)
 
     def __post_init__(self) -> None:
         self._by_name = {m.name: m for m in self.modules}
@@ -101,16 +106,23 @@ def is_container(module: nn.Module) -> bool:
 
 
 def describe(model: nn.Module, input_size: tuple[int, ...]) -> Inventory:
-    """The static part: names, classes, own parameter counts, containers (no forward run)."""
+    """The static part: names, classes, own parameter counts, containers (no forward run).
+
+    A module registered twice (CoaT shares ``crpe1`` with its blocks) has one path, its first, and is
+    listed as a child only there, as ``named_modules()`` does.
+    """
+    named = dict(model.named_modules())
     modules = [
         ModuleInfo(
             name=name,
             type=type(module).__name__,
             params=sum(p.numel() for p in module.parameters(recurse=False)),
             container=is_container(module),
-            children=[f"{name}.{child}" for child, _ in module.named_children()],
+            children=[
+                f"{name}.{child}" for child, _ in module.named_children() if f"{name}.{child}" in named
+            ],
         )
-        for name, module in model.named_modules()
+        for name, module in named.items()
         if name
     ]
     fused = {
@@ -120,7 +132,10 @@ def describe(model: nn.Module, input_size: tuple[int, ...]) -> Inventory:
     }
     for info in modules:
         info.fused_attention = info.name in fused
-    return Inventory(type(model).__name__, modules, tuple(input_size), None)
+    found = Inventory(type(model).__name__, modules, tuple(input_size), None)
+    found.feature_info = featlevels.read(model)
+    featlevels.mark(found)
+    return found
 
 
 def trace(model: nn.Module, input_size: tuple[int, ...], device: torch.device | str) -> Inventory:
@@ -162,6 +177,7 @@ def trace(model: nn.Module, input_size: tuple[int, ...], device: torch.device | 
         info.input_shapes = in_shapes.get(info.name, [])
         info.finished = finished.get(info.name)
     inventory.traced_on = torch.device(device).type
+    featlevels.mark(inventory)  # again, now that output shapes tell each level's layout
     return inventory
 
 

@@ -1,10 +1,12 @@
-"""Layer specs (paths, ``[i]`` indexing, globs, ``re:`` regexes, ``@k`` calls) to modules that fire."""
+"""Layer specs (paths, ``[i]`` indexing, globs, ``re:`` regexes, ``feat:K`` levels, ``@k`` calls) to modules
+that fire."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
+from . import featlevels
 from .errors import LayerError, UsageError, closest
 from .inventory import Inventory, ModuleInfo
 
@@ -71,8 +73,13 @@ def match(spec: str, names: list[str]) -> list[str] | None:
     return [n for n in names if regex.fullmatch(n)]
 
 
-def resolve(specs: list[str], inventory: Inventory, model_label: str) -> list[LayerTarget]:
-    """Turn specs into targets, refusing (with the fix) anything whose hook would never fire."""
+def resolve(
+    specs: list[str], inventory: Inventory, model_label: str, notes: list[str] | None = None
+) -> list[LayerTarget]:
+    """Turn specs into targets, refusing (with the fix) anything whose hook would never fire.
+
+    ``notes`` gets one line per ``feat:K`` level: the module it is, and how its output holds the map.
+    """
     if not specs:
         raise UsageError(
             "No layer given.", f"Pass --layer PATH; `hookdump list-modules {model_label}` shows every path."
@@ -81,7 +88,7 @@ def resolve(specs: list[str], inventory: Inventory, model_label: str) -> list[La
     for spec in specs:
         call_match = _CALL.match(spec.strip())
         body, call = (call_match["path"], int(call_match["call"])) if call_match else (spec, None)
-        for path in _resolve_one(body, inventory, model_label):
+        for path in _resolve_one(body, inventory, model_label, notes):
             calls = inventory.get(path).calls  # type: ignore[union-attr]
             if call is not None and calls is not None and call >= calls:
                 raise call_out_of_range(path, call, calls)
@@ -98,7 +105,9 @@ def call_out_of_range(path: str, call: int, calls: int) -> LayerError:
     )
 
 
-def _resolve_one(spec: str, inventory: Inventory, model_label: str) -> list[str]:
+def _resolve_one(spec: str, inventory: Inventory, model_label: str, notes: list[str] | None) -> list[str]:
+    if featlevels.is_spec(spec):
+        return featlevels.select(spec, inventory, model_label, notes)
     matched = match(spec, inventory.names)
     if matched is None:
         path = normalize(spec)
@@ -188,7 +197,8 @@ def select(
         return None
     names = found.names
     if pattern is not None:
-        matched = match(pattern, names)
+        is_level = featlevels.is_spec(pattern)
+        matched = featlevels.select(pattern, found, model_label) if is_level else match(pattern, names)
         if matched is None:
             path = normalize(pattern)
             if found.get(path) is None:

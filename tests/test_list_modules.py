@@ -19,6 +19,7 @@ from hookdump.models import ModelSpec
 
 JSON_KEYS = {
     "name", "type", "params", "calls", "fires", "container", "output_shapes", "depth", "children", "reason",
+    "feature_levels",
 }  # fmt: skip
 
 
@@ -53,6 +54,7 @@ def test_json_lists_every_module_with_the_documented_keys(cli, resnet: torch.nn.
     assert by_name["fc"] | {"output_shapes": None} == {
         "name": "fc", "type": "Linear", "params": 96 * 1000 + 1000, "calls": 1, "fires": True,
         "container": False, "output_shapes": None, "depth": 1, "children": [], "reason": None,
+        "feature_levels": [],
     }  # fmt: skip
 
 

@@ -1,0 +1,302 @@
+"""timm's feature levels (``feature_info``, what ``features_only=True`` returns) as module paths: ``feat:K``.
+
+timm names each level's module in ``model.feature_info``. Most names are modules whose output *is* the
+feature (timm hooks them, or runs the model up to them). Some are not: Twins says ``block.K`` (no such
+module), CoaT names the ``serial_blocksN`` / ``parallel_blocks`` lists (containers, never called), HRNet says
+``stem`` (no module) and ``stageN`` (a real module, but not the feature: that is the head's
+``incre_modules``). Those families are mapped here from their own ``forward_intermediates`` /
+``features_only`` code, and every family the tests cover was checked value for value against
+``timm.create_model(name, features_only=True)``. A level that cannot be mapped is refused, never guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from .errors import LayerError, UsageError
+
+if TYPE_CHECKING:
+    from .inventory import Inventory
+
+PREFIX = "feat:"
+MAX_PREFIX_TOKENS = 16  # class, distillation and register tokens ahead of a ViT's patch tokens
+
+
+@dataclass(frozen=True)
+class FeatureLevel:
+    """Level ``index`` of a model's ``feature_info`` and the module whose output timm returns for it.
+
+    ``layout`` is how that output holds the ``(channels, H, W)`` map: ``NCHW`` as timm returns it for most
+    models; ``NHWC`` channels last (Swin's stages: ``features_only`` returns them so too); ``NLC`` tokens,
+    ``prefix_tokens`` (class, ...) first, which ``features_only`` drops and reshapes to ``(N, C, H, W)``.
+    None when no pass was traced (``--no-shapes``).
+    """
+
+    index: int
+    name: str  # what feature_info calls the module
+    channels: int
+    reduction: int
+    path: str | None = None  # the module to hook; None when refused
+    element: int | None = None  # timm's tensor is output ``element`` of a tuple / list (file ``.out<i>``)
+    layout: str | None = None
+    prefix_tokens: int = 0
+    grid: tuple[int, int] | None = None  # (H, W) of the map, once traced
+    problem: str | None = None  # why it cannot be captured exactly
+    fix: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{PREFIX}{self.index}"
+
+    def summary(self) -> str:
+        """``feat:2 = layer2 (128 channels, 1/8 of the input)`` and, for channels last or tokens, how to
+        turn the module's output into timm's map."""
+        where = (
+            self.path if self.element is None else f"{self.path} output {self.element} (.out{self.element})"
+        )
+        text = f"{self.label} = {where} ({self.channels} channels, 1/{self.reduction} of the input)"
+        if self.grid is None or self.layout == "NCHW":
+            return text
+        (h, w), c = self.grid, self.channels
+        if self.layout == "NHWC":
+            return f"{text}: channels last, (N, {h}, {w}, {c})"
+        drop = f"drop the first {self.prefix_tokens} token(s), " if self.prefix_tokens else ""
+        return (
+            f"{text}: tokens (N, {self.prefix_tokens + h * w}, {c}); {drop}reshape to (N, {h}, {w}, {c})"
+            f" and permute for timm's (N, {c}, {h}, {w})"
+        )
+
+
+@dataclass(frozen=True)
+class _Found:
+    path: str
+    element: int | None = None
+
+
+def read(model: Any) -> list[dict[str, Any]] | None:
+    """A model's ``feature_info`` as a list of dicts (timm keeps a list, or a ``FeatureInfo``); None when it
+    has none, or one without a module name, channels and stride for every level (a plugin's, say)."""
+    info = getattr(model, "feature_info", None)
+    info = getattr(info, "info", info)
+    if not isinstance(info, (list, tuple)) or not all(isinstance(d, dict) for d in info):
+        return None
+    try:
+        found = [
+            {**d, "module": str(d["module"]), "num_chs": int(d["num_chs"]), "reduction": int(d["reduction"])}
+            for d in info
+        ]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return found if found and all(d["reduction"] > 0 for d in found) else None
+
+
+def mark(inventory: Inventory) -> None:
+    """Resolve the inventory's feature levels and tag each module with the levels it gives."""
+    inventory.levels = levels(inventory)
+    for info in inventory.modules:
+        info.feature_levels = []
+    for level in inventory.levels:
+        owner = inventory.get(level.path) if level.path and not level.problem else None
+        if owner is not None:
+            owner.feature_levels.append(level.index)
+
+
+def levels(inventory: Inventory) -> list[FeatureLevel]:
+    """Every level of ``inventory.feature_info``, each resolved to a module or refused with why."""
+    rule = _RULES.get(inventory.root_type, _by_name)
+    found = []
+    for index, info in enumerate(inventory.feature_info or []):
+        base = FeatureLevel(index, info["module"], info["num_chs"], info["reduction"])
+        found.append(_checked(base, info, rule(index, base.name, inventory), inventory))
+    return found
+
+
+def _checked(
+    level: FeatureLevel, info: dict[str, Any], found: _Found | str, inventory: Inventory
+) -> FeatureLevel:
+    """The level with its module, layout and any problem (a module that never runs, a shape that is off)."""
+    if info.get("hook_type") == "forward_pre":
+        return _refused(
+            level,
+            f"timm takes the *input* of `{level.name}` for it (a forward pre-hook)",
+            f"Capture that input: --layer {level.name} --what input.",
+        )
+    if isinstance(found, str):
+        return _refused(level, found)
+    module = inventory.get(found.path)
+    if module is None or module.fires is False:
+        why = "is not a module" if module is None else "never runs"
+        return _refused(level, f"`{found.path}`, where it comes from in {inventory.root_type}, {why}")
+    level = replace(level, path=found.path, element=found.element)
+    if not module.output_shapes:
+        return level  # not traced: nothing to check the shape against
+    shapes = module.output_shapes
+    element = found.element if found.element is not None else (0 if len(shapes) > 1 else None)
+    if element is not None and element >= len(shapes):
+        return _refused(level, f"`{found.path}` returns {len(shapes)} tensor(s), not {element + 1}")
+    layout = _layout(shapes[element or 0], level.channels, level.reduction, inventory.input_size)
+    if layout is None:
+        return _refused(
+            level,
+            f"`{found.path}` returns {tuple(shapes[element or 0])}, which is not a map of {level.channels}"
+            f" channels at 1/{level.reduction} of a {'x'.join(map(str, inventory.input_size[1:]))} input",
+        )
+    return replace(level, element=element, layout=layout[0], prefix_tokens=layout[1], grid=layout[2])
+
+
+def _refused(level: FeatureLevel, problem: str, fix: str | None = None) -> FeatureLevel:
+    return replace(level, path=None, problem=problem, fix=fix)
+
+
+def _layout(
+    shape: list[int], channels: int, reduction: int, input_size: tuple[int, ...]
+) -> tuple[str, int, tuple[int, int]] | None:
+    """How ``shape`` holds a ``channels`` x (H/reduction) x (W/reduction) map; None when it does not.
+
+    Maps may be a little smaller than H/reduction (unpadded convs: Inception's 147 for 299/2); tokens must
+    make the grid exactly, after at most ``MAX_PREFIX_TOKENS`` leading ones.
+    """
+    height, width = input_size[-2], input_size[-1]
+    if len(shape) == 4:
+        if shape[1] == channels and _near(shape[2], height, reduction) and _near(shape[3], width, reduction):
+            return "NCHW", 0, (shape[2], shape[3])
+        if shape[3] == channels and _near(shape[1], height, reduction) and _near(shape[2], width, reduction):
+            return "NHWC", 0, (shape[1], shape[2])
+    if len(shape) == 3 and shape[2] == channels:
+        sides = {height // reduction, -(-height // reduction)}, {width // reduction, -(-width // reduction)}
+        for h, w in sorted((h, w) for h in sides[0] for w in sides[1]):
+            if 0 <= shape[1] - h * w <= MAX_PREFIX_TOKENS:
+                return "NLC", shape[1] - h * w, (h, w)
+    return None
+
+
+def _near(side: int, size: int, reduction: int) -> bool:
+    """Whether ``side`` is what ``size`` becomes at ``1/reduction``, give or take unpadded borders."""
+    return size / reduction / 1.5 <= side <= -(-size // reduction)
+
+
+# --- where each family's levels come from ------------------------------------------------------------
+
+Rule = Callable[[int, str, "Inventory"], "_Found | str"]
+
+
+def _by_name(index: int, name: str, inventory: Inventory) -> _Found | str:
+    """timm's default: the named module's output (FeatureListNet, FeatureHooks, forward_intermediates)."""
+    module = inventory.get(name)
+    if module is None:
+        return f"timm names `{name}`, not a module of {inventory.root_type}, and hookdump has no rule for it"
+    if module.container:
+        return f"timm names `{name}`, a {module.type} (never called), and hookdump has no rule for it"
+    return _Found(name)
+
+
+def _twins(index: int, name: str, inventory: Inventory) -> _Found | str:
+    """``block.K``: stage K's tokens after its last block, or after its PosConv when the stage has one block
+    (``Twins.forward_intermediates`` runs ``pos_block[K]`` right after block 0)."""
+    number = name.removeprefix("block.")
+    stage = inventory.get(f"blocks.{number}")
+    if not name.startswith("block.") or stage is None or not stage.children:
+        return _by_name(index, name, inventory)
+    return _Found(f"pos_block.{number}" if len(stage.children) == 1 else stage.children[-1])
+
+
+def _coat(index: int, name: str, inventory: Inventory) -> _Found | str:
+    """``serial_blocksN``: its last block's tokens; ``parallel_blocks``: output ``index`` of the last parallel
+    block, which returns the four scales (``CoaT.forward_intermediates``)."""
+    group = inventory.get(name)
+    if group is None or not group.container or not group.children:
+        return _by_name(index, name, inventory)
+    return _Found(group.children[-1], index if name == "parallel_blocks" else None)
+
+
+def _hrnet(index: int, name: str, inventory: Inventory) -> _Found | str:
+    """``stem``: the first conv's activation ``act1`` (stride 2); ``stageN``: ``incre_modules[N-1]``, the
+    head's channel increase applied to branch N (``HighResolutionNetFeatures.forward``)."""
+    if name == "stem" and index == 0:
+        return _Found("act1")
+    incre = f"incre_modules.{index - 1}"
+    if name == f"stage{index}" and inventory.get(incre) is not None:
+        return _Found(incre)
+    return (
+        f"timm's `{name}` of HighResolutionNet is not a module output hookdump can name without incre_modules"
+    )
+
+
+def _hiera(index: int, name: str, inventory: Inventory) -> _Found | str:
+    """Hiera's blocks keep their tokens unrolled (mask units first); ``forward_intermediates`` rerolls them
+    into a map, which no module returns."""
+    return (
+        f"Hiera's `{name}` returns its tokens in unrolled (mask-unit) order; timm rerolls them into the map"
+        " outside any module, so no module's output equals this level"
+    )
+
+
+_RULES: dict[str, Rule] = {"Twins": _twins, "CoaT": _coat, "HighResolutionNet": _hrnet, "Hiera": _hiera}
+
+
+# --- feat:K specs ------------------------------------------------------------------------------------
+
+
+def is_spec(spec: str) -> bool:
+    return spec.strip().startswith(PREFIX)
+
+
+def select(spec: str, inventory: Inventory, model_label: str, notes: list[str] | None = None) -> list[str]:
+    """The module paths ``feat:K`` / ``feat:*`` names; errors name the levels the model has."""
+    wanted = spec.strip()[len(PREFIX) :].strip()
+    found = inventory.levels
+    if not found:
+        raise LayerError(
+            f"`{spec}`: {model_label} has no feature levels (timm's `feature_info` is missing or empty).",
+            f"Pass module paths instead; `hookdump list-modules {model_label}` shows them.",
+        )
+    if wanted == "*":
+        good = [level for level in found if level.problem is None]
+        if not good:
+            raise _refusal(spec, found[0], model_label)
+        for level in found:
+            _note(notes, level, model_label)
+        return [level.path for level in good if level.path]
+    try:
+        index = int(wanted)
+    except ValueError:
+        raise UsageError(
+            f"`{spec}` is not a feature level.", "Use feat:K with K a number (feat:2, feat:-1) or feat:*."
+        ) from None
+    if not -len(found) <= index < len(found):
+        raise LayerError(
+            f"`{spec}`: {model_label} has {len(found)} feature levels: {table(found)}.",
+            f"Use feat:0 ... feat:{len(found) - 1} (feat:-1 is the last), or feat:* for all of them.",
+        )
+    level = found[index]
+    if level.problem is not None or level.path is None:
+        raise _refusal(spec, level, model_label)
+    _note(notes, level, model_label)
+    return [level.path]
+
+
+def table(found: list[FeatureLevel]) -> str:
+    """``feat:0 act1 (64 ch, 1/2); feat:1 layer1 (64 ch, 1/4); ...``."""
+    return "; ".join(
+        f"{level.label} {level.path or level.name + ' (refused)'} ({level.channels} ch, 1/{level.reduction})"
+        for level in found
+    )
+
+
+def _refusal(spec: str, level: FeatureLevel, model_label: str) -> LayerError:
+    return LayerError(
+        f"`{spec}` of {model_label} cannot be captured exactly: {level.problem}.",
+        level.fix or f"Pick a module yourself: `hookdump list-modules {model_label}` tags each level feat:K.",
+    )
+
+
+def _note(notes: list[str] | None, level: FeatureLevel, model_label: str) -> None:
+    """What ``feat:K`` became (or, under ``feat:*``, why a level was left out), for the run's notes."""
+    if notes is None:
+        return
+    if level.problem is not None:
+        notes.append(f"{level.label} of {model_label} skipped: {level.problem}")
+    else:
+        notes.append(level.summary())
