@@ -23,7 +23,7 @@ from typer.core import TyperArgument, TyperOption
 from .errors import InputError, did_you_mean
 
 _SKIP_KEYS = {"config", "print_config", "help"}  # options about the config itself, never config keys
-_SKIP_NAMES = {"model_arg"}  # list-modules' positional MODEL: the config says `model`
+_SKIP_NAMES = {"model_name"}  # list-modules' positional MODEL: the config says `model`
 _TABLES = {"capture": ("capture",), "list-modules": ("list-modules", "list_modules")}
 _KEY_LINE = re.compile(r"""\s*(["']?)([A-Za-z0-9_-]+)\1\s*=""")
 

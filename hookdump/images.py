@@ -4,6 +4,10 @@ done."""
 
 from __future__ import annotations
 
+import contextlib
+import re
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,17 +22,55 @@ if TYPE_CHECKING:
 
 def check_image(path: Path) -> None:
     """The file exists and its header is an image (cheap: nothing decoded)."""
-    from PIL import Image, UnidentifiedImageError
-
-    if not path.is_file():
-        raise InputError(f"Input `{path}` does not exist.", "Fix the path (in @list files, one path a line).")
-    try:
-        with Image.open(path) as image:
+    with _opened(path, f"Input `{path}`", "Fix the path (in @list files, one path a line).") as image:
+        try:
             image.verify()
-    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+        except (OSError, SyntaxError) as exc:
+            raise _unreadable(f"Input `{path}`", exc) from exc
+
+
+@contextlib.contextmanager
+def _opened(path: Path, name: str, missing: str) -> Iterator[PILImage]:
+    """``Image.open`` with each way it fails as an InputError naming the file (``missing``: the fix when
+    it does not exist). An image over Pillow's pixel limit is refused, never decoded with a warning."""
+    from PIL import Image
+
+    if path.is_dir():
         raise InputError(
-            f"`{path}` is not an image hookdump can read: {exc}", "Pass JPEG, PNG, ... files."
-        ) from exc
+            f"{name} is a folder, not an image file.",
+            "Pass the folder itself as an input (it is read recursively); in @list files, one image a line.",
+        )
+    if not path.is_file():
+        raise InputError(f"{name} does not exist.", missing)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(path)
+    except (OSError, SyntaxError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise _unreadable(name, exc) from exc
+    with image:
+        yield image
+
+
+def _unreadable(name: str, exc: BaseException) -> InputError:
+    """Why an image file cannot be read, with the fix for that reason."""
+    from PIL import Image
+
+    if isinstance(exc, PermissionError):
+        return InputError(
+            f"{name} cannot be read: permission denied.",
+            "Make it readable (chmod u+r), or leave it out (--skip-bad records it and goes on).",
+        )
+    if isinstance(exc, Image.DecompressionBombError | Image.DecompressionBombWarning):
+        found = re.search(r"\((\d+) pixels\)", str(exc))
+        size = f"{int(found[1]):,} pixels" if found else "more pixels than Pillow decodes"
+        return InputError(
+            f"{name} has {size}, over Pillow's limit of {Image.MAX_IMAGE_PIXELS:,} (its guard against"
+            " decompression bombs).",
+            "If the image is genuine, downscale it first (the model sees it at its input size anyway);"
+            " else leave it out (--skip-bad records it and goes on).",
+        )
+    return InputError(f"{name} is not an image hookdump can read: {exc}", "Pass JPEG, PNG, ... files.")
 
 
 # Pillow's convert() is right for 8-bit modes (P, LA, CMYK, RGBA, L, 1) but clips 16-bit and float grayscale
@@ -118,9 +160,7 @@ def _orientation(image: PILImage) -> int:
 
 def describe(path: Path, mode: str = "RGB") -> dict[str, Any]:
     """What ``open_image(path, mode)`` does to the file, read from its header (nothing decoded)."""
-    from PIL import Image
-
-    with Image.open(path) as image:
+    with _opened(path, f"`{path}`", "Pass an existing image file.") as image:
         record: dict[str, Any] = {"mode": image.mode, "size": list(image.size)}
         plan, turn = _plan(image, mode), _orientation(image)
     if plan.text:
@@ -132,16 +172,12 @@ def describe(path: Path, mode: str = "RGB") -> dict[str, Any]:
 
 def open_image(path: Path, mode: str = "RGB", option: str = "") -> PILImage:
     """The image decoded, turned upright as its EXIF says, converted to ``mode`` as ``_plan`` decides."""
-    from PIL import Image, ImageOps
+    from PIL import ImageOps
 
     name = f"{option} `{path}`".strip()
-    if not path.is_file():
-        raise InputError(f"{name} does not exist.", "Pass an existing image file.")
-    try:
-        with Image.open(path) as image:
+    with _opened(path, name, "Pass an existing image file.") as image:
+        try:
             plan = _plan(image, mode)
             return _apply(ImageOps.exif_transpose(image), plan, mode, name)
-    except OSError as exc:  # UnidentifiedImageError is one
-        raise InputError(
-            f"{name} is not an image hookdump can read: {exc}", "Pass JPEG, PNG, ... files."
-        ) from exc
+        except OSError as exc:  # a truncated or corrupt file, found while decoding
+            raise _unreadable(name, exc) from exc

@@ -8,6 +8,7 @@ import platform
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
+from .modelargs import format_model_args
 
 if TYPE_CHECKING:  # kept out at run time: reading a capture back (reader.py) needs no torch
     from .inputs import InputSpec
@@ -43,6 +44,7 @@ def options_record(
         "layer": list(layer_specs),
         "model": spec.name,
         "import": list(spec.imports),
+        "model_arg": format_model_args(spec.model_args),
         "checkpoint": str(spec.checkpoint) if spec.checkpoint else None,
         "pretrained": spec.pretrained,
         "out": str(opts.out),
@@ -98,6 +100,7 @@ def header(
             "requested": name.requested,
             "timm_name": name.timm_name,
             "imports": list(spec.imports),
+            "args": dict(spec.model_args),
             "checkpoint": str(checkpoint) if checkpoint else None,
             "checkpoint_sha256": sha256(checkpoint) if checkpoint else None,
             "pretrained": spec.pretrained,

@@ -1,10 +1,9 @@
-"""From a model name (timm name, Twins alias or plugin) plus weights to an ``nn.Module``."""
+"""From a model name (timm name, Twins alias or plugin), its arguments and weights to an ``nn.Module``."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from .checkpoints import CHECKPOINT_SUFFIXES, check_fits, read_checkpoint
 from .errors import InputError, UsageError, did_you_mean
 from .meta import SkipInit, SkipValueWrites
+from .modelargs import format_model_args
+from .plugins import import_plugins, plugin_of, registered_by
+
+__all__ = ["CHECKPOINT_SUFFIXES", "import_plugins", "read_checkpoint"]
 
 DEFAULT_MODEL = "alt_gvt_large"
 
@@ -27,12 +31,18 @@ ALIASES = {
     "pcpvt_large": "twins_pcpvt_large",
 }
 
-CHECKPOINT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
+#: What timm 1.x passes every builder besides the user's arguments; builders written for timm 0.x choke on it.
+TIMM_KWARGS = ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir")
+SEED_MAX = 2**64 - 1  # torch.manual_seed's range
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Which model to build and with which weights; shared by every command."""
+    """Which model to build, with which arguments and weights; shared by every command.
+
+    Attributes:
+        model_args: keyword arguments for ``timm.create_model`` (``{"num_classes": 10}``).
+    """
 
     name: str = DEFAULT_MODEL
     imports: tuple[str, ...] = ()
@@ -40,6 +50,7 @@ class ModelSpec:
     pretrained: bool = False
     name_given: bool = True
     seed: int = 0  # random weights are drawn from this seed, so a run without trained weights repeats
+    model_args: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -51,53 +62,17 @@ class ResolvedName:
     notes: list[str] = field(default_factory=list)
 
 
-def import_plugins(specs: tuple[str, ...]) -> None:
-    """Import user modules or ``.py`` files that register models with timm."""
-    for spec in specs:
-        path = Path(spec)
-        try:
-            if spec.endswith(".py") or path.is_file():
-                _import_file(path)
-            else:
-                importlib.import_module(spec)
-        except InputError:
-            raise
-        except BaseException as exc:  # SyntaxError, SystemExit and friends from user code
-            raise InputError(
-                f"Could not import plugin `{spec}`: {type(exc).__name__}: {exc}",
-                "Fix the plugin so that `python -c 'import ...'` works, or drop --import.",
-            ) from exc
-
-
-def _import_file(path: Path) -> None:
-    if not path.is_file():
-        raise InputError(
-            f"Plugin file `{path}` does not exist.", "Pass an existing .py file or a module name."
-        )
-    module_name = f"hookdump_plugin_{path.stem}"
-    if module_name in sys.modules:
-        return
-    spec = importlib.util.spec_from_file_location(module_name, path.resolve())
-    if spec is None or spec.loader is None:
-        raise InputError(f"Plugin `{path}` cannot be loaded as Python.", "Pass a .py file or a module name.")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    sys.path.insert(0, str(path.resolve().parent))
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[module_name]
-        raise
-    finally:
-        sys.path.remove(str(path.resolve().parent))
-
-
 def resolve_name(spec: ModelSpec) -> ResolvedName:
     """Import plugins, then map the requested name onto a registered timm model."""
     import timm
 
-    import_plugins(spec.imports)
     name = spec.name
+    try:
+        modules = import_plugins(spec.imports)
+    except InputError as exc:
+        if name in ALIASES:
+            exc.hint = f"{exc.hint} {_no_plugin_needed(name)}"
+        raise
     notes = [] if spec.name_given else [f"no model given: using the default, {DEFAULT_MODEL}"]
     if name.startswith(("hf-hub:", "hf_hub:", "local-dir:")) or timm.is_model(name):
         return ResolvedName(name, name, notes)
@@ -105,7 +80,21 @@ def resolve_name(spec: ModelSpec) -> ResolvedName:
         timm_name = ALIASES[name]
         notes.append(f"model {name} is the Twins repository's name for timm's {timm_name}")
         return ResolvedName(name, timm_name, notes)
+    theirs = registered_by(modules) if modules else []
+    if modules and not theirs:
+        plugins = ", ".join(f"`{p}`" for p in spec.imports)
+        raise InputError(
+            f"Unknown model `{name}`: the plugin {plugins} registered no model with timm.",
+            "Decorate the plugin's model function with @register_model (from timm.models import"
+            " register_model), then pass the function's name with -m.",
+        )
     close = did_you_mean(name, sorted(set(timm.list_models()) | set(ALIASES)))
+    if theirs:
+        shown = ", ".join(theirs[:8]) + (", ..." if len(theirs) > 8 else "")
+        raise InputError(
+            f"Unknown model `{name}`: neither timm nor the plugin has a model of that name.",
+            f"{close} The plugin registered {shown}.".strip(),
+        )
     hint = (
         "`python -c 'import timm; print(timm.list_models(\"*name*\"))'` lists timm's models;"
         " --import MODULE_OR_FILE adds your own."
@@ -113,18 +102,32 @@ def resolve_name(spec: ModelSpec) -> ResolvedName:
     raise InputError(f"Unknown model `{name}`: timm has no model of that name.", f"{close} {hint}".strip())
 
 
+def _no_plugin_needed(name: str) -> str:
+    return (
+        f"hookdump's built-in alias `{name}` builds timm's {ALIASES[name]}, the same architecture, with no"
+        " plugin: run it without --import."
+    )
+
+
 def build(
-    timm_name: str, *, pretrained: bool = False, meta: bool = False, skip_init: bool = False
+    timm_name: str,
+    *,
+    pretrained: bool = False,
+    meta: bool = False,
+    skip_init: bool = False,
+    args: Mapping[str, Any] | None = None,
 ) -> nn.Module:
-    """Create the model with timm; on the meta device when ``meta`` (no weights allocated); without weight
-    init when ``skip_init`` (parameters left uninitialised: a checkpoint is loaded over them)."""
+    """Create the model with timm (``args``: keywords for ``timm.create_model``); on the meta device when
+    ``meta`` (no weights allocated); without weight init when ``skip_init`` (parameters left uninitialised:
+    a checkpoint is loaded over them)."""
     import timm
 
+    kwargs = dict(args or {})
     try:
         if meta or skip_init:
-            model = _build_meta(timm_name) if meta else _build_uninitialised(timm_name)
+            model = _build_meta(timm_name, kwargs) if meta else _build_uninitialised(timm_name, kwargs)
         else:
-            model = timm.create_model(timm_name, pretrained=pretrained)
+            model = timm.create_model(timm_name, pretrained=pretrained, **kwargs)
     except Exception as exc:
         if meta:
             raise
@@ -136,13 +139,42 @@ def build(
                 " ~/.cache/huggingface) or pass --checkpoint PATH. Offline, HF_HUB_OFFLINE=1 makes this"
                 " check answer at once instead of retrying.",
             ) from exc
-        raise InputError(
-            f"The model builder of `{timm_name}` raised {type(exc).__name__}: {exc}",
-            "If it is a plugin written for an older timm, let its builder accept **kwargs"
-            " (timm passes pretrained_cfg and friends).",
-        ) from exc
+        raise builder_error(timm_name, exc, kwargs) from exc
     check_hookable(model, timm_name)
     return model
+
+
+def builder_error(timm_name: str, exc: Exception, args: Mapping[str, Any]) -> InputError:
+    """Why ``timm.create_model`` raised, with the fix that fits: an argument the model does not take, a
+    plugin written for an older timm (and, for a Twins name, that the built-in alias needs no plugin)."""
+    text = f"The model builder of `{timm_name}` raised {type(exc).__name__}: {exc}"
+    found = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+    key = found[1] if found else None
+    plugin = plugin_of(timm_name)
+    if key in args:
+        return InputError(
+            f"{text}: --model-arg {key} is not an argument of {timm_name}.",
+            f"Drop --model-arg {key}=...; a timm model takes the arguments of its class (num_classes,"
+            " in_chans, drop_rate, global_pool, ...).",
+        )
+    old_timm = key in TIMM_KWARGS
+    if plugin is not None and (old_timm or timm_name in ALIASES):
+        why = f": plugin `{plugin}` was written for an older timm." if old_timm else f" (plugin `{plugin}`)."
+        alias = f"{_no_plugin_needed(timm_name)} " if timm_name in ALIASES else ""
+        fix = (
+            "To use the plugin anyway, let its builder accept **kwargs and drop the ones timm 1.x adds"
+            f" ({', '.join(TIMM_KWARGS)}) before building its model."
+            if old_timm
+            else "To use the plugin anyway, fix its builder (HOOKDUMP_DEBUG=1 shows the traceback)."
+        )
+        return InputError(text + why, alias + fix)
+    if args:
+        given = " ".join(format_model_args(args))
+        return InputError(
+            text, f"Check the --model-arg values ({given}); HOOKDUMP_DEBUG=1 shows the traceback."
+        )
+    where = f"plugin `{plugin}`" if plugin else "the model's code"
+    return InputError(text, f"This is an error in {where}; HOOKDUMP_DEBUG=1 shows the traceback.")
 
 
 def check_hookable(model: object, name: str) -> None:
@@ -168,111 +200,31 @@ def check_hookable(model: object, name: str) -> None:
     )
 
 
-def _build_meta(timm_name: str) -> nn.Module:
+def _build_meta(timm_name: str, kwargs: dict[str, Any]) -> nn.Module:
     """On meta, without running weight init; again with init if a builder needs the writes."""
     import timm
 
     try:
         with torch.device("meta"), SkipValueWrites():
-            return timm.create_model(timm_name)  # type: ignore[no-any-return]
+            return timm.create_model(timm_name, **kwargs)  # type: ignore[no-any-return]
     except Exception:
         with torch.device("meta"):
-            return timm.create_model(timm_name)  # type: ignore[no-any-return]
+            return timm.create_model(timm_name, **kwargs)  # type: ignore[no-any-return]
 
 
-def _build_uninitialised(timm_name: str) -> nn.Module:
+def _build_uninitialised(timm_name: str, kwargs: dict[str, Any]) -> nn.Module:
     """Without weight init; normally, from the same random state, if the builder raises (reads its init) or
     a parameter would not be in the state dict (so not overwritten by the checkpoint)."""
     import timm
 
     try:
         with torch.random.fork_rng(devices=[]), SkipInit():
-            model: nn.Module = timm.create_model(timm_name)
+            model: nn.Module = timm.create_model(timm_name, **kwargs)
         if {k for k, _ in model.named_parameters(remove_duplicate=False)} <= model.state_dict().keys():
             return model
     except Exception:
         pass
-    return timm.create_model(timm_name)  # type: ignore[no-any-return]
-
-
-def read_checkpoint(path: Path, *, meta: bool = False) -> dict[str, torch.Tensor]:
-    """Read a state dict from ``.safetensors`` or a ``torch.load``-able file (``weights_only=True``).
-
-    With ``meta``, only names and shapes are read (tensors on the meta device): a fast check before any work.
-    """
-    if not path.is_file():
-        raise InputError(
-            f"Checkpoint `{path}` does not exist.", "Pass the path of a .safetensors or .pth file."
-        )
-    if path.suffix not in CHECKPOINT_SUFFIXES:
-        raise InputError(
-            f"Checkpoint `{path}` has an unknown extension `{path.suffix}`.",
-            f"hookdump reads {', '.join(CHECKPOINT_SUFFIXES)}.",
-        )
-    try:
-        if path.suffix == ".safetensors":
-            obj: Any = _read_safetensors(path, meta)
-        else:
-            obj = torch.load(path, map_location="meta" if meta else "cpu", weights_only=True)
-    except Exception as exc:
-        raise InputError(
-            f"Could not read checkpoint `{path}`: {type(exc).__name__}: {str(exc).splitlines()[0]}",
-            "hookdump loads .pth/.pt/.bin with torch.load(weights_only=True): save a plain state_dict"
-            " (torch.save(model.state_dict(), path)) or a .safetensors file.",
-        ) from exc
-    return _unwrap_state_dict(obj, path)
-
-
-def _read_safetensors(path: Path, meta: bool) -> dict[str, torch.Tensor]:
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
-    if not meta:
-        return load_file(str(path), device="cpu")
-    with safe_open(str(path), framework="pt") as handle:
-        names: list[str] = list(handle.keys())
-        return {k: torch.empty(handle.get_slice(k).get_shape(), device="meta") for k in names}
-
-
-def _unwrap_state_dict(obj: Any, path: Path) -> dict[str, torch.Tensor]:
-    for key in ("state_dict", "model", "model_state_dict", "state_dict_ema"):
-        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
-            obj = obj[key]
-            break
-    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-        raise InputError(
-            f"Checkpoint `{path}` does not hold a state dict (a mapping of names to tensors).",
-            "Save one with torch.save(model.state_dict(), path).",
-        )
-    if obj and all(k.startswith("module.") for k in obj):
-        obj = {k[len("module.") :]: v for k, v in obj.items()}
-    return dict(obj)
-
-
-def check_fits(state: dict[str, torch.Tensor], model: nn.Module, path: Path, model_name: str) -> None:
-    """A readable diff of keys and shapes when a checkpoint does not fit the model (strict loading)."""
-    own = model.state_dict()
-    missing = [k for k in own if k not in state]
-    unexpected = [k for k in state if k not in own]
-    shapes = [
-        f"{k}: file {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
-        for k in own
-        if k in state and state[k].shape != own[k].shape
-    ]
-    if missing or unexpected or shapes:
-        lines = [f"Checkpoint `{path}` does not fit {model_name}:"]
-        for title, keys in (
-            ("missing (in the model, not in the file)", missing),
-            ("unexpected (in the file, not in the model)", unexpected),
-            ("shape mismatch", shapes),
-        ):
-            if keys:
-                more = f", ... and {len(keys) - 6} more" if len(keys) > 6 else ""
-                lines.append(f"  {len(keys)} {title}: {', '.join(keys[:6])}{more}")
-        raise InputError(
-            "\n".join(lines),
-            "Pass the --model the checkpoint was trained as (and its number of classes).",
-        )
+    return timm.create_model(timm_name, **kwargs)  # type: ignore[no-any-return]
 
 
 def check_weights(spec: ModelSpec, meta_model: nn.Module | None, model_name: str) -> None:
@@ -280,6 +232,10 @@ def check_weights(spec: ModelSpec, meta_model: nn.Module | None, model_name: str
     (names and shapes only, against the meta model when there is one)."""
     if spec.pretrained and spec.checkpoint is not None:
         raise UsageError("--pretrained and --checkpoint both give weights.", "Pass only one of them.")
+    if not 0 <= spec.seed <= SEED_MAX:
+        raise UsageError(
+            f"--seed {spec.seed} is out of range.", f"Use a seed from 0 to {SEED_MAX} (2**64 - 1)."
+        )
     if spec.checkpoint is not None:
         state = read_checkpoint(spec.checkpoint, meta=True)
         if meta_model is not None:
@@ -327,7 +283,7 @@ def load(spec: ModelSpec, timm_name: str) -> tuple[nn.Module, list[str]]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
         skip_init = spec.checkpoint is not None and not spec.pretrained  # the checkpoint overwrites them all
-        model = build(timm_name, pretrained=spec.pretrained, skip_init=skip_init)
+        model = build(timm_name, pretrained=spec.pretrained, skip_init=skip_init, args=spec.model_args)
     if spec.checkpoint is not None:
         load_checkpoint(model, spec.checkpoint, timm_name)
         note = f"weights: {spec.checkpoint}"

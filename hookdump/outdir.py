@@ -9,13 +9,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from .errors import InputError, UsageError
 from .manifest import MANIFEST
 
 SCRATCH = ".hookdump-partial"
 PROGRESS = "progress.json"  # after each batch: counts, streams, recorder state
 RUN = "run.json"  # once: the options and the inputs, for --resume to compare
 CLASSES = "classes.txt"  # with --grad: each batch's classes, a line each
+REPORT_PAGE, REPORT_FOLDER = "index.html", "report"  # ``hookdump report``: the page and its pictures
 
 
 def read_manifest(out: Path) -> dict[str, Any] | None:
@@ -46,6 +47,12 @@ def check(out: Path, overwrite: bool, resume: bool) -> None:
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         raise UsageError(
             f"--out `{out}` cannot be created: `{parent}` is not a writable folder.", "Choose another --out."
+        )
+    if os.statvfs(parent).f_blocks == 0:  # /proc, /sys and their kind: no disk behind them
+        raise UsageError(
+            f"--out `{out}` cannot be written: `{parent}` is on a virtual file system (like /proc or /sys),"
+            " which holds no files.",
+            "Choose an --out on a disk (e.g. ./acts).",
         )
     if overwrite and resume:
         raise UsageError("--overwrite starts again, --resume continues: not both.", "Keep one of them.")
@@ -102,4 +109,17 @@ def check_same_run(progress: dict[str, Any], options: dict[str, Any], inputs: li
         raise UsageError(
             f"--resume continues a capture of other inputs ({where}).",
             "Resume with the same inputs, or pass --overwrite to start again.",
+        )
+
+
+def check_file_names(layers: list[str], formats: tuple[str, ...]) -> None:
+    """Refuse, before any work, a layer whose name cannot be a file name (a ``/`` in a plugin's module name):
+    ``.npy`` and ``.pt`` files are named after the layer."""
+    files = [f for f in formats if f != "safetensors"]
+    bad = [name for name in layers if "/" in name or "\0" in name]
+    if files and bad:
+        raise InputError(
+            f"Layer `{bad[0]}` has a `/` in its name, so it cannot name a .{files[0]} file.",
+            "Use --format safetensors (its keys may hold `/`), or rename the module in the model's code"
+            " (add_module names without `/`).",
         )

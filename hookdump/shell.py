@@ -13,10 +13,24 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
-from typer._click.exceptions import ClickException, NoArgsIsHelpError
-from typer.core import TyperGroup
+from typer._click.exceptions import (
+    BadParameter,
+    ClickException,
+    MissingParameter,
+    NoArgsIsHelpError,
+    NoSuchOption,
+)
+from typer.core import TyperArgument, TyperGroup, TyperOption
 
-from .errors import EXIT_FAILURE, HookdumpError, InputError, Interrupted, LayerError, UsageError
+from .errors import (
+    EXIT_FAILURE,
+    HookdumpError,
+    InputError,
+    Interrupted,
+    LayerError,
+    UsageError,
+    from_environment,
+)
 
 #: The error object's keys and their version (README: "JSON output").
 ERROR_SCHEMA_VERSION = 1
@@ -24,9 +38,11 @@ _KINDS = {UsageError: "usage", LayerError: "layer", InputError: "input"}
 
 
 class _JsonMode:
-    """Whether this invocation asked for JSON (``--json`` on the line, or ``json = true`` in a config)."""
+    """Whether this invocation asked for JSON (``--json`` on the line, or ``json = true`` in a config), and
+    the command it runs (for the hint of a usage error)."""
 
     on = False
+    command = ""
 
 
 class _Stopped(Exception):
@@ -64,8 +80,9 @@ def _fail_for(exc: BaseException) -> NoReturn:
     if isinstance(exc, NoArgsIsHelpError):  # the help is already printed
         sys.exit(exc.exit_code)
     if isinstance(exc, ClickException):
-        command = exc.ctx.command_path if getattr(exc, "ctx", None) else "hookdump"  # type: ignore[attr-defined]
-        fail(exc.format_message(), "usage", exc.exit_code, f"`{command} --help` lists the options.")
+        command = " ".join(filter(None, ("hookdump", _JsonMode.command)))
+        fail(_usage_message(exc), "usage", exc.exit_code, f"See `{command} --help`.")
+    exc = from_environment(exc) or exc
     if isinstance(exc, HookdumpError):
         kind = next((k for cls, k in _KINDS.items() if isinstance(exc, cls)), "failure")
         fail(exc.message, kind, exc.exit_code, exc.hint)
@@ -77,13 +94,86 @@ def _fail_for(exc: BaseException) -> NoReturn:
     )
 
 
+def _usage_message(exc: ClickException) -> str:
+    """click's and Typer's usage errors in hookdump's words: the option, the value, what it should be."""
+    if isinstance(exc, NoSuchOption) and exc.possibilities:
+        return f"{exc.message}. Did you mean {' or '.join(sorted(exc.possibilities))}?"
+    if not isinstance(exc, BadParameter) or isinstance(exc, MissingParameter) or exc.param is None:
+        return exc.format_message()
+    param = exc.param
+    name = max((o for o in param.opts if o.startswith("--")), key=len, default=param.get_error_hint())
+    errors: list[dict[str, Any]] = getattr(exc.__cause__, "errors", list)()
+    if not errors:
+        return f"{name}: {exc.message}"
+    value, kind = errors[0].get("input"), str(errors[0].get("type", ""))
+    if kind.endswith(("_parsing", "_from_float", "_type")):
+        annotation: Any = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+        wants: dict[Any, str] = {int: "an integer", float: "a number", bool: "true or false"}
+        want = wants.get(annotation, "valid")
+        return f"{name} `{value}` is not {want}."
+    low, high = getattr(param, "min", None), getattr(param, "max", None)
+    if low is None and high is None:
+        return f"{name} `{value}`: {exc.message}"
+    if low is not None and high is not None:
+        return f"{name} {value} is out of range: use a value from {low} to {high}."
+    return (
+        f"{name} {value} is out of range: use {low} or more."
+        if low is not None
+        else (f"{name} {value} is out of range: use {high} or less.")
+    )
+
+
+def _item_type(text: str) -> str:
+    """A repeatable option's (or variadic argument's) type in --help as its items' type: ``<str>``, not
+    ``<list[str]>``."""
+    return text.replace("<list[", "<").replace("]>", ">").lower() if text.startswith("<list[") else text
+
+
+class _Option(TyperOption):
+    __slots__ = ()
+
+    def display_type(self, ctx: Any) -> str:
+        return _item_type(super().display_type(ctx))
+
+
+class _Argument(TyperArgument):
+    """In the usage line as click writes it (``FILE...``, ``[IMAGES]...``, ``[MODEL]``), not ``{FILE}...``."""
+
+    __slots__ = ()
+
+    def display_type(self, ctx: Any) -> str:
+        return _item_type(super().display_type(ctx))
+
+    def _usage_display_name(self) -> str:
+        base = (self.metavar or "").strip("[].")
+        dots = "..." if self.nargs != 1 else ""
+        return f"{base}{dots}" if self.required else f"[{base}]{dots}"
+
+
+def _tidy_help(command: Any) -> None:
+    """Argument names in capitals with ``...`` when repeated; list types shown as their items' type."""
+    for param in getattr(command, "params", []):
+        if isinstance(param, TyperArgument):
+            base = (param.metavar or param.name or "").strip("[].").upper()
+            param.metavar = base + ("..." if param.nargs != 1 else "")
+            param.__class__ = _Argument
+        elif isinstance(param, TyperOption) and param.multiple:
+            param.__class__ = _Option
+
+
 class Group(TyperGroup):
     """Runs a command and turns whatever stops it into :func:`fail`: hookdump's errors, click's usage errors
     (a bad option value, an unknown option), Ctrl-C / SIGTERM and bugs, all one paragraph and an exit code."""
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        for command in self.commands.values():
+            _tidy_help(command)
+
     def main(self, args: Sequence[str] | None = None, *pos: Any, **kwargs: Any) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
         _JsonMode.on = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
+        _JsonMode.command = argv[0] if argv and argv[0] in self.commands else ""
         kwargs["standalone_mode"] = False
         try:
             code = super().main(argv, *pos, **kwargs)

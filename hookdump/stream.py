@@ -82,9 +82,13 @@ class NpyStream:
         descr = np.lib.format.dtype_to_descr(_numpy(torch.empty(0, dtype=self.dtype or torch.float32)).dtype)
         header = repr({"descr": descr, "fortran_order": False, "shape": tuple(self.shape)}).encode("latin1")
         length = HEADER_BYTES - 10
-        self._file.seek(0)
-        self._file.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", length) + header.ljust(length - 1) + b"\n")
-        self._file.close()
+        try:
+            self._file.seek(0)
+            self._file.write(
+                b"\x93NUMPY\x01\x00" + struct.pack("<H", length) + header.ljust(length - 1) + b"\n"
+            )
+        finally:  # closed even when the disk is full, so no descriptor is left open
+            self._file.close()
 
     def tensor(self) -> torch.Tensor:
         """The whole stream as a tensor backed by the file (copy-on-write memory map)."""

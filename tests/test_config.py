@@ -50,8 +50,9 @@ def test_capture_keys_from_the_real_command() -> None:
 def test_list_modules_keys_leave_out_the_positional_model() -> None:
     keys = {key: param.name for key, param in config.config_keys(LIST).items()}
     assert keys == {
-        "model": "model", "import": "imports", "input_size": "input_size", "depth": "depth",
-        "filter": "pattern", "leaves": "leaves", "no_shapes": "no_shapes", "json": "json_out",
+        "model": "model", "import": "imports", "model_arg": "model_arg", "input_size": "input_size",
+        "depth": "depth", "filter": "pattern", "leaves": "leaves", "no_shapes": "no_shapes",
+        "json": "json_out",
     }  # fmt: skip
 
 

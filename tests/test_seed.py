@@ -66,6 +66,9 @@ def test_default_model_capture_writes_the_seed_layer(cli, chelsea: Path, tmp_pat
         "checkpoint_sha256": None,
         "pretrained": False,
         "seed": 0,
+        "args": {},
+        "num_prefix_tokens": None,  # Twins has no class or register tokens
+        "class_token": False,
     }
     assert manifest["tensors"][0]["file"] == "pos_block.3.proj.0.npy"
     assert manifest["tensors"][0]["shape"] == [1, 1024, 7, 7]

@@ -1,0 +1,193 @@
+"""Checkpoint files to state dicts: ``.safetensors``, or ``torch.load(weights_only=True)`` with an allow-list
+for ordinary training metadata (never unpickling code); a readable diff when one does not fit the model."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import InputError
+
+CHECKPOINT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
+
+
+def metadata_globals() -> list[Any]:
+    """What training scripts save beside the weights and ``weights_only`` refuses by default:
+    ``argparse.Namespace``, numpy scalars, arrays and dtypes (also under numpy 1's names), paths. Rebuilding
+    any of them runs no code of the file's choosing."""
+    import argparse
+    import pathlib
+
+    import numpy as np
+
+    scalar, reconstruct = np.float64(0).__reduce__()[0], np.arange(1).__reduce__()[0]
+    dtypes = {type(np.dtype(code)) for code in np.typecodes["All"] if code != "O"}
+    return [
+        argparse.Namespace, np.dtype, np.ndarray, scalar, reconstruct, *sorted(dtypes, key=str),
+        (scalar, "numpy.core.multiarray.scalar"), (reconstruct, "numpy.core.multiarray._reconstruct"),
+        pathlib.PosixPath, pathlib.PurePosixPath, pathlib.PureWindowsPath,
+    ]  # fmt: skip
+
+
+def torch_load(path: Path, map_location: str = "cpu") -> Any:
+    """``torch.load(weights_only=True)`` that also accepts :func:`metadata_globals`."""
+    with torch.serialization.safe_globals(metadata_globals()):
+        return torch.load(path, map_location=map_location, weights_only=True)
+
+
+def blocked_global(exc: BaseException) -> str | None:
+    """The line of torch's refusal that names what it would not unpickle (``GLOBAL posix.system``)."""
+    for line in str(exc).splitlines():
+        if "GLOBAL" in line:
+            return line.split("WeightsUnpickler error:")[-1].strip()
+    return None
+
+
+def refusal(path: Path, exc: BaseException) -> InputError:
+    """Why ``torch_load`` refused ``path``: a pickled model, something that could run code, a broken file."""
+    line = blocked_global(exc)
+    found = re.search(r"GLOBAL ([\w.]+)", line or "")
+    if found is None:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return InputError(
+            f"Checkpoint `{path}` is not a file torch.load can read: {type(exc).__name__}: {first}",
+            "Check that the file is complete (not a failed download); hookdump reads state dicts saved"
+            " with torch.save(model.state_dict(), path), or .safetensors files.",
+        )
+    try:
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:
+        names = [found[1]]
+    classes = [n for n in names if n.startswith("torch.nn.modules.")]
+    if classes:
+        model = found[1] if not found[1].startswith("torch.") else classes[0]
+        return InputError(
+            f"Checkpoint `{path}` holds a whole pickled model (`{model}`), not a state dict: unpickling it"
+            " would run code, which hookdump never does (it reads .pth with torch.load(weights_only=True)).",
+            "Where the model is built, save its weights instead: torch.save(model.state_dict(), path), or"
+            " safetensors.torch.save_file(model.state_dict(), path).",
+        )
+    return InputError(
+        f"Checkpoint `{path}` holds `{found[1]}`, which torch.load(weights_only=True) refuses to unpickle"
+        f" (it could run code): {line}",
+        "hookdump never unpickles code. If you trust the file, load it yourself and save only the weights:"
+        " torch.save(torch.load(path, weights_only=False)['state_dict'], 'weights.pth').",
+    )
+
+
+def read_checkpoint(path: Path, *, meta: bool = False) -> dict[str, torch.Tensor]:
+    """Read a state dict from ``.safetensors`` or a ``torch.load``-able file (``weights_only=True``).
+
+    With ``meta``, only names and shapes are read (tensors on the meta device): a fast check before any work.
+    """
+    if path.is_dir():
+        inside = sorted(p.name for p in path.iterdir() if p.suffix in CHECKPOINT_SUFFIXES)
+        fix = f"It holds {', '.join(inside[:5])}: pass one of them." if inside else "Pass a weights file."
+        raise InputError(f"Checkpoint `{path}` is a folder, not a file.", fix)
+    if not path.is_file():
+        raise InputError(
+            f"Checkpoint `{path}` does not exist.", "Pass the path of a .safetensors or .pth file."
+        )
+    if path.suffix not in CHECKPOINT_SUFFIXES:
+        raise InputError(
+            f"Checkpoint `{path}` has an unknown extension `{path.suffix}`.",
+            f"hookdump reads {', '.join(CHECKPOINT_SUFFIXES)}.",
+        )
+    if path.suffix == ".safetensors":
+        try:
+            return _read_safetensors(path, meta)
+        except Exception as exc:
+            raise InputError(
+                f"Checkpoint `{path}` is not a valid safetensors file: {exc}",
+                "Check that the file is complete (not a failed download), or write it again with"
+                " safetensors.torch.save_file(model.state_dict(), path).",
+            ) from exc
+    try:
+        obj = torch_load(path, map_location="meta" if meta else "cpu")
+    except Exception as exc:
+        raise refusal(path, exc) from exc
+    return _unwrap_state_dict(obj, path)
+
+
+def _read_safetensors(path: Path, meta: bool) -> dict[str, torch.Tensor]:
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    if not meta:
+        return load_file(str(path), device="cpu")
+    with safe_open(str(path), framework="pt") as handle:
+        names: list[str] = list(handle.keys())
+        return {k: torch.empty(handle.get_slice(k).get_shape(), device="meta") for k in names}
+
+
+def _unwrap_state_dict(obj: Any, path: Path) -> dict[str, torch.Tensor]:
+    for key in ("state_dict", "model", "model_state_dict", "state_dict_ema"):
+        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
+            obj = obj[key]
+            break
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise InputError(
+            f"Checkpoint `{path}` does not hold a state dict (a mapping of names to tensors).",
+            "Save one with torch.save(model.state_dict(), path).",
+        )
+    if obj and all(k.startswith("module.") for k in obj):
+        obj = {k[len("module.") :]: v for k, v in obj.items()}
+    return dict(obj)
+
+
+def check_fits(state: dict[str, torch.Tensor], model: nn.Module, path: Path, model_name: str) -> None:
+    """A readable diff of keys and shapes when a checkpoint does not fit the model (strict loading)."""
+    own = model.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    shapes = [k for k in own if k in state and state[k].shape != own[k].shape]
+    if not (missing or unexpected or shapes):
+        return
+    lines = [f"Checkpoint `{path}` does not fit {model_name}:"]
+    for title, keys in (
+        ("missing (in the model, not in the file)", missing),
+        ("unexpected (in the file, not in the model)", unexpected),
+        (
+            "shape mismatch",
+            [f"{k}: file {tuple(state[k].shape)} vs model {tuple(own[k].shape)}" for k in shapes],
+        ),
+    ):
+        if keys:
+            more = f", ... and {len(keys) - 6} more" if len(keys) > 6 else ""
+            lines.append(f"  {len(keys)} {title}: {', '.join(keys[:6])}{more}")
+    fix = _model_arg_fix(state, model, missing, unexpected, shapes)
+    hint = (
+        f"The checkpoint was trained with {fix}: pass --model-arg {fix}."
+        if fix
+        else "Pass the --model the checkpoint was trained as, and the arguments it was built with"
+        " (--model-arg KEY=VALUE, e.g. num_classes=10)."
+    )
+    raise InputError("\n".join(lines), hint)
+
+
+def _model_arg_fix(
+    state: dict[str, torch.Tensor],
+    model: nn.Module,
+    missing: list[str],
+    unexpected: list[str],
+    shapes: list[str],
+) -> str | None:
+    """``num_classes=N`` (or ``in_chans=N``) when only the classifier (or the first conv) differs."""
+    cfg = getattr(model, "pretrained_cfg", None) or {}
+    heads = cfg.get("classifier") or ()
+    heads = (heads,) if isinstance(heads, str) else tuple(heads)
+    head_keys = {k for k in model.state_dict() if k.rsplit(".", 1)[0] in heads}
+    if head_keys and not unexpected and set(missing) | set(shapes) <= head_keys:
+        if set(missing) == head_keys:
+            return "num_classes=0"
+        weights = [k for k in shapes if k.endswith(".weight")]
+        if weights and not missing:
+            return f"num_classes={state[weights[0]].shape[0]}"
+    first = cfg.get("first_conv")
+    if isinstance(first, str) and not (missing or unexpected) and shapes == [f"{first}.weight"]:
+        return f"in_chans={state[shapes[0]].shape[1]}"
+    return None
