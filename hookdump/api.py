@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -74,8 +75,8 @@ def list_modules(
         raise UsageError(f"--depth {depth} is not positive.", "Use --depth 1 for the top-level modules.")
     spec = ModelSpec(model) if isinstance(model, str) else model
     name = models.resolve_name(spec)
-    build_meta = _once(lambda: models.build(name.timm_name, meta=True))
-    build_real = _once(lambda: models.build(name.timm_name))
+    build_meta = _once(lambda: models.build(name.timm_name, meta=True, args=spec.model_args))
+    build_real = _once(lambda: models.build(name.timm_name, args=spec.model_args))
     size = input_size or _default_input_size(build_meta, build_real)
     found = inventory.take(build_meta, build_real, size, shapes=shapes, size_given=input_size is not None)
     shown = layers.select(found, depth, pattern, leaves, name.requested)
@@ -153,7 +154,7 @@ def plan(
             unfused.append(attention.unfuse(model))
         return model
 
-    build_meta = _once(lambda: prepared(models.build(name.timm_name, meta=True)))
+    build_meta = _once(lambda: prepared(models.build(name.timm_name, meta=True, args=spec.model_args)))
     load_real = _once(lambda: _with_model(models.load(spec, name.timm_name), prepared))
     meta_model = _or_none(build_meta)
     models.check_weights(spec, meta_model, name.timm_name)
@@ -167,13 +168,16 @@ def plan(
     found = inventory.take(
         build_meta, lambda: load_real()[0], config["input_size"], size_given=size is not None
     )
-    targets = layers.resolve(list(layer_specs), found, name.requested)
+    resolved: list[str] = []  # what each feat:K became
+    targets = layers.resolve(list(layer_specs), found, name.requested, resolved)
+    outdir.check_file_names([t.path for t in targets], opts.formats)
     tree = ModuleTree(name.requested, name.timm_name, found, name.notes + found.notes)
     typed = meta_model if meta_model is not None else load_real()[0]  # module types are all it needs
     channels_last = layouts.channels_last_paths(typed, [t.path for t in targets])
     prefix_tokens = getattr(typed, "num_prefix_tokens", None)
+    class_token = getattr(typed, "cls_token", None) is not None  # timm's ViT family: None without one
     shapes = {t.path: found.get(t.path).output_shapes for t in targets}  # type: ignore[union-attr]
-    notes = reduce.check(opts.reduce, shapes, prefix_tokens)
+    notes = resolved + reduce.check(opts.reduce, shapes, class_token)
     save_as: dict[str, tuple[str, str]] = {}
     if opts.attention:
         drops = attention.targets(targets, found, name.requested)
@@ -201,7 +205,7 @@ def plan(
     budget.check_fits(needed, opts.out, already=_bytes_in(opts.out / outdir.SCRATCH) if opts.resume else 0)
     return CapturePlan(
         tree, targets, spec, opts, source, paths, config, notes, load_real, sizes, needed, skipped, progress,
-        shard, save_as, channels_last, prefix_tokens,
+        shard, save_as, channels_last, prefix_tokens, class_token,
     )  # fmt: skip
 
 
@@ -261,8 +265,22 @@ def capture(
     started = time.perf_counter()
     found = plan(layer_specs, model=model, images=images, options=options, **option_values)
     if parallel.world()[1] > 1 and found.options.shard is None:
-        return _capture_on_ranks(found, list(layer_specs), started)
-    return capturing.run(found, list(layer_specs), started, on_batch)
+        result = _capture_on_ranks(found, list(layer_specs), started)
+    else:
+        result = capturing.run(found, list(layer_specs), started, on_batch)
+    if found.options.png and parallel.world()[0] == 0:
+        from .viz import capture_pictures
+
+        shown = capture_pictures(result.out, _first_photo(result.inputs))
+        result.pictures = [r.path for r in shown.rendered]
+        result.notes += shown.notes
+    return result
+
+
+def _first_photo(records: list[dict[str, Any]]) -> Path | None:
+    """The first input, when it is a photo still on disk (not ``--random-input``)."""
+    path = records[0].get("path") if records else None
+    return Path(path) if path and Path(path).is_file() else None
 
 
 def _capture_on_ranks(found: CapturePlan, layer_specs: list[str], started: float) -> CaptureResult:
@@ -301,6 +319,11 @@ def _check_options(opts: CaptureOptions) -> None:
         raise UsageError(f"--batch-size {opts.batch_size} is not positive.", "Use 1 or more.")
     if opts.workers is not None and opts.workers < 0:
         raise UsageError(f"--workers {opts.workers} is negative.", "Use 0 (decode in process) or more.")
+    if opts.workers is not None and opts.workers > (most := max(64, 4 * (os.cpu_count() or 1))):
+        raise UsageError(
+            f"--workers {opts.workers} is more decoding processes than this machine can use.",
+            f"Use at most {most}, or leave --workers out for a number that suits the machine.",
+        )
     if opts.target is not None and opts.target < 0:
         raise UsageError(f"--target {opts.target} is negative.", "Give a class index, 0 or more.")
     if opts.shard_size is not None:

@@ -103,7 +103,7 @@ def run(
         if found.shard is not None:
             extra["shard"] = found.shard
         header = manifest.header(spec, name, str(torch_device), found.config, records, options_record, extra)
-        header["model"]["num_prefix_tokens"] = found.prefix_tokens
+        header["model"] |= {"num_prefix_tokens": found.prefix_tokens, "class_token": found.class_token}
         saved = writer.commit(results, header)
     return CaptureResult(
         out=opts.out,

@@ -51,6 +51,15 @@ ImportOpt = Annotated[
         "--import", help="Module or .py file to import first (registers models with timm). Repeatable."
     ),
 ]
+ModelArgOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--model-arg",
+        metavar="KEY=VALUE",
+        help="Keyword for timm.create_model (num_classes=10, in_chans=1); a Python literal or a string."
+        " Repeatable.",
+    ),
+]
 InputSizeOpt = Annotated[
     str | None, typer.Option("--input-size", help="C,H,W instead of the model's default.")
 ]
@@ -76,10 +85,14 @@ PrintConfigOpt = Annotated[
 ]
 
 
-def _model_spec(name: str | None, imports: list[str] | None, **weights: Any) -> Any:
+def _model_spec(name: str | None, imports: list[str] | None, args: list[str] | None, **weights: Any) -> Any:
+    from .modelargs import parse_model_args
     from .models import DEFAULT_MODEL, ModelSpec
 
-    return ModelSpec(name or DEFAULT_MODEL, tuple(imports or ()), name_given=name is not None, **weights)
+    return ModelSpec(
+        name or DEFAULT_MODEL, tuple(imports or ()), name_given=name is not None,
+        model_args=parse_model_args(args or []), **weights,
+    )  # fmt: skip
 
 
 def _input_size(text: str | None) -> tuple[int, int, int] | None:
@@ -91,11 +104,12 @@ def _input_size(text: str | None) -> tuple[int, int, int] | None:
 @app.command("list-modules")
 def list_modules(
     ctx: typer.Context,
-    model_arg: Annotated[
+    model_name: Annotated[
         str | None, typer.Argument(metavar="[MODEL]", help="Model name (or use --model).")
     ] = None,
     model: ModelOpt = None,
     imports: ImportOpt = None,
+    model_arg: ModelArgOpt = None,
     input_size: InputSizeOpt = None,
     depth: Annotated[int | None, typer.Option(min=1, help="Show modules at most N levels deep.")] = None,
     pattern: Annotated[
@@ -111,15 +125,15 @@ def list_modules(
     """Every module as a tree: the path --layer takes, class, params, shapes, calls; never-firing marked."""
     from . import api, render
 
-    if model_arg and model and model_arg != model:
+    if model_name and model and model_name != model:
         raise UsageError(
-            f"Two models given: `{model_arg}` and --model `{model}`.", "Give the model once, either way."
+            f"Two models given: `{model_name}` and --model `{model}`.", "Give the model once, either way."
         )
     if print_config:
-        return shell.print_config(ctx, model=model_arg or model)
+        return shell.print_config(ctx, model=model_name or model)
     with shell.user_output_to_stderr(json_out):
         tree = api.list_modules(
-            _model_spec(model_arg or model, imports), input_size=_input_size(input_size),
+            _model_spec(model_name or model, imports, model_arg), input_size=_input_size(input_size),
             shapes=not no_shapes, depth=depth, pattern=pattern, leaves=leaves,
         )  # fmt: skip
     render.notes(tree.notes)
@@ -140,11 +154,12 @@ def capture(
         typer.Option(
             "--layer",
             "-l",
-            help="pos_block.3.proj.0, pos_block[3].proj[0], blocks.*.*.attn, re:REGEX, LAYER@k.",
+            help="pos_block.3.proj.0, pos_block[3].proj[0], blocks.*.*.attn, re:REGEX, LAYER@k. Repeatable.",
         ),
     ] = None,
     model: ModelOpt = None,
     imports: ImportOpt = None,
+    model_arg: ModelArgOpt = None,
     checkpoint: Annotated[
         Path | None, typer.Option(help=".safetensors or .pth weights, loaded strictly.")
     ] = None,
@@ -199,6 +214,9 @@ def capture(
     attention: Annotated[
         bool, typer.Option("--attention", help="Unfuse timm attention; save each attention module's weights.")
     ] = False,
+    png: Annotated[
+        bool, typer.Option("--png", help="Draw each tensor's grid (and heat map over the photo) beside it.")
+    ] = False,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
     config: ConfigOpt = None,
@@ -209,7 +227,7 @@ def capture(
 
     if print_config:
         return shell.print_config(ctx)
-    spec = _model_spec(model, imports, checkpoint=checkpoint, pretrained=pretrained, seed=seed)
+    spec = _model_spec(model, imports, model_arg, checkpoint=checkpoint, pretrained=pretrained, seed=seed)
     source = inputs.InputSpec(tuple(images or ()), sample, random_input, seed, _input_size(input_size))
     names = set(api.CaptureOptions.__dataclass_fields__) - {"formats"}
     options = api.CaptureOptions(formats=(fmt,), **{k: v for k, v in ctx.params.items() if k in names})
@@ -268,33 +286,68 @@ def stats_command(
 
 
 @app.command()
+def report(
+    out: Annotated[Path, typer.Argument(metavar="OUT", help="The --out folder of a finished capture.")],
+    max_channels: Annotated[
+        int, typer.Option(min=1, help="Draw at most the first N channels of each tensor.")
+    ] = 64,
+    json_out: JsonOpt = False,
+) -> None:
+    """OUT/index.html: every layer's picture, shape and stats, the inputs and the run's provenance."""
+    from . import render
+    from .report import build
+
+    written = build(out, max_channels=max_channels)
+    render.notes(written.notes)
+    typer.echo(render.as_json(written.as_dict()) if json_out else written.summary())
+
+
+@app.command()
 def show(
-    file: Annotated[
-        Path,
-        typer.Argument(metavar="FILE", help=".npy / .pt / .safetensors from capture, or a capture folder."),
+    files: Annotated[
+        list[Path],
+        typer.Argument(metavar="FILE...", help=".npy / .pt / .safetensors from capture, or capture folders."),
     ],
     key: Annotated[
         str | None, typer.Option(help="Tensor name in a .safetensors file or a capture folder (layer1).")
     ] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="PNG to write (default: <stem>.png beside FILE).")
+        Path | None,
+        typer.Option("--output", "-o", help="PNG to write, or a folder for several (default: beside FILE)."),
     ] = None,
-    index: Annotated[int, typer.Option(min=0, help="Which image of the batch.")] = 0,
+    index: Annotated[str, typer.Option(help="Which image of the batch, or `all` (one PNG each).")] = "0",
     max_channels: Annotated[int, typer.Option(min=1, help="Draw at most the first N channels.")] = 64,
+    channels: Annotated[str | None, typer.Option(help="Draw channels A:B (half-open).")] = None,
+    top_k: Annotated[
+        int | None, typer.Option(min=1, help="Draw the K channels of largest mean |activation|.")
+    ] = None,
+    scale: Annotated[str, typer.Option(help="channel (each map on its own) or global (one for all).")] = (
+        "channel"
+    ),
+    grey: Annotated[bool, typer.Option("--grey", help="Grey levels instead of viridis / inferno.")] = False,
     overlay: Annotated[
         Path | None, typer.Option(help="Photo to lay the mean |activation| over, as a heat map.")
     ] = None,
+    gradcam: Annotated[
+        bool, typer.Option("--gradcam", help="Grad-CAM from the layer's --grad file, over --overlay.")
+    ] = False,
+    rollout: Annotated[
+        bool, typer.Option("--rollout", help="Attention rollout through every .attn tensor given.")
+    ] = False,
     alpha: Annotated[float, typer.Option(min=0.0, max=1.0, help="Heat-map weight in the overlay.")] = 0.5,
     json_out: JsonOpt = False,
 ) -> None:
-    """A captured tensor as a PNG: a grid of its channels, or a heat map over the photo (--overlay)."""
+    """Captured tensors as PNGs: labelled channel grids, heat maps or Grad-CAM over the photo (--overlay)."""
     from . import render, viz
 
-    rendered = viz.show(
-        file, key=key, output=output, index=index, max_channels=max_channels, photo=overlay, alpha=alpha
-    )
-    render.notes(rendered.notes)
-    typer.echo(render.as_json(rendered.as_dict()) if json_out else render.show_summary(rendered))
+    shown = viz.show_many(
+        files, key=key, output=output, index=viz.parse_index(index), max_channels=max_channels,
+        channels=channels, top_k=top_k, scale=scale, grey=grey, photo=overlay, alpha=alpha, gradcam=gradcam,
+        rollout=rollout,
+    )  # fmt: skip
+    render.notes(shown.notes + [n for r in shown.rendered for n in r.notes])
+    dicts = [r.as_dict() for r in shown.rendered]
+    typer.echo(render.as_json(dicts if shown.many else dicts[0]) if json_out else render.show_summary(shown))
 
 
 def _terminated(signum: int, frame: object) -> None:

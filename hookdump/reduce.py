@@ -33,9 +33,9 @@ def reduce(tensor: torch.Tensor, how: str, channels_last: bool = False) -> torch
     return tensor.mean(dim=dims) if how == "mean" else tensor.amax(dim=dims)
 
 
-def check(how: str, shapes: dict[str, list[list[int]]], prefix_tokens: int | None = None) -> list[str]:
-    """Refuse ``cls`` where no tensor is a token map or the model has no class token; notes for tensors
-    that stay as they are. ``prefix_tokens``: the model's ``num_prefix_tokens`` (None: it has none)."""
+def check(how: str, shapes: dict[str, list[list[int]]], class_token: bool = True) -> list[str]:
+    """Refuse ``cls`` where no tensor is a token map or the model has no class token (timm's
+    ``cls_token``); notes for tensors that stay as they are."""
     if how not in REDUCTIONS:
         raise UsageError(f"--reduce `{how}` is not one of {', '.join(REDUCTIONS)}.", "Use --reduce mean.")
     if how == "none":
@@ -46,10 +46,10 @@ def check(how: str, shapes: dict[str, list[list[int]]], prefix_tokens: int | Non
             f"--reduce cls takes the first token of (N, L, C) token maps; none of {', '.join(kept)} is one.",
             "Use --reduce mean or max for (N, C, H, W) maps.",
         )
-    if how == "cls" and not prefix_tokens:
+    if how == "cls" and not class_token:
         raise UsageError(
-            f"--reduce cls takes the class token, and this model has none (timm's `num_prefix_tokens` is"
-            f" {prefix_tokens}): its first token is an ordinary patch.",
+            "--reduce cls takes the class token, and this model has none (no timm `cls_token`): its first"
+            " token is a patch or a register token.",
             "Use --reduce mean (or max) to pool the tokens.",
         )
     return [

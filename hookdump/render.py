@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from .api import CapturePlan, CaptureResult, ModuleTree
     from .inventory import ModuleInfo
     from .parallel import MergeResult
-    from .viz import Rendered
+    from .pictures import Shown
 
 #: One piece of a line: its text and its rich style ("" for none).
 Piece = tuple[str, str]
@@ -35,7 +35,8 @@ def shape_text(shapes: list[list[int]]) -> str:
 
 
 def module_label(info: ModuleInfo, hidden: int = 0) -> list[Piece]:
-    """One line: path, class, own params, shapes, calls, modules folded by --depth, why it never fires."""
+    """One line: path, class, own params, shapes, calls, timm feature levels (feat:K), modules folded by
+    --depth, why it never fires."""
     label: list[Piece] = [(info.name, "bold"), ("  ", ""), (info.type, "cyan")]
     if info.params:
         label.append((f"  {human_count(info.params)} params", "green"))
@@ -43,6 +44,8 @@ def module_label(info: ModuleInfo, hidden: int = 0) -> list[Piece]:
         label.append((f"  -> {shape_text(info.output_shapes)}", "magenta"))
     if info.calls is not None and info.calls > 1:
         label.append((f"  x{info.calls} calls", "yellow"))
+    if info.feature_levels:
+        label.append(("  " + " ".join(f"feat:{k}" for k in info.feature_levels), "blue"))
     if hidden:
         label.append((f"  (+{hidden} below)", "dim"))
     if info.reason:
@@ -163,7 +166,8 @@ def capture_summary(result: CaptureResult) -> str:
     files = len({s.file for s in result.tensors})
     tensors = f" ({len(rows)} tensors)" if len(rows) != files else ""
     head = f"wrote {files} file(s){tensors} to {result.out}/ in {result.seconds:.1f}s on {result.device}:"
-    return "\n".join([head, *_aligned(rows), f"manifest: {result.manifest}"])
+    drawn = [f"drew {len(result.pictures)} PNG(s) beside them (--png)"] if result.pictures else []
+    return "\n".join([head, *_aligned(rows), *drawn, f"manifest: {result.manifest}"])
 
 
 def merge_summary(merged: MergeResult) -> str:
@@ -216,18 +220,26 @@ def _aligned(rows: Sequence[tuple[str, ...]]) -> list[str]:
     return lines
 
 
-def show_summary(r: Rendered) -> str:
-    """``show``: where the PNG went, its size, and what it shows."""
-    head = f"wrote {r.path} ({r.width}x{r.height}): {r.name}, image {r.index} of {tuple(r.shape)}"
-    if r.overlay is not None:
-        what = f"mean |activation| of {r.channels} channels as a heat map over {r.overlay}, {r.fit}"
-    else:
-        rows = -(-r.channels_shown // max(r.columns, 1))
-        what = (
-            f"{r.channels_shown} of {r.channels} channels, {r.columns} per row, {rows} row(s),"
-            f" tiles {r.tile[1]}x{r.tile[0]}, each min-max scaled"
-        )
-    return f"{head}\n  {r.layout}; {what}"
+def show_summary(shown: Shown) -> str:
+    """``show``: every PNG written, its size, and what it shows."""
+    blocks = []
+    for r in shown.rendered:
+        head = f"wrote {r.path} ({r.width}x{r.height}): {r.name}, image {r.index} of {tuple(r.shape)}"
+        if r.kind in ("grid", "attention"):
+            rows = -(-r.channels_shown // max(r.columns, 1))
+            tiles = f"tiles {r.tile[1]}x{r.tile[0]}"
+            what = f"{r.selection}, {r.columns} per row, {rows} row(s), {tiles}, {r.scale}, {r.colormap}"
+            what += f", over {r.overlay}, {r.fit}" if r.overlay else ""
+        elif r.kind == "rollout":
+            what = f"{r.colormap}" + (f" over {r.overlay}, {r.fit}" if r.overlay else "")
+        else:
+            heat = "mean |activation|" if r.kind == "overlay" else "Grad-CAM"
+            target = f" (class {r.target})" if r.target is not None else ""
+            what = f"{heat}{target} of {r.channels} channels as a heat map over {r.overlay}, {r.fit}"
+        blocks.append(f"{head}\n  {r.layout}; {what}")
+    if len(shown.rendered) > 1:
+        blocks.append(f"wrote {len(shown.rendered)} PNG(s)")
+    return "\n".join(blocks)
 
 
 def notes(lines: list[str]) -> None:

@@ -54,6 +54,7 @@ class CaptureResult:
     stopped_early: bool = False
     classes: list[int] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
+    pictures: list[Path] = field(default_factory=list)  # --png: the PNGs drawn beside the tensors
 
 
 @dataclass
@@ -79,6 +80,7 @@ class CapturePlan:
     )  # --attention: attn_drop -> (module, attn)
     channels_last: set[str] = field(default_factory=set)  # layers whose 4-D maps are (N, H, W, C)
     prefix_tokens: int | None = None  # the model's num_prefix_tokens (class, distillation, registers)
+    class_token: bool = False  # whether the first of them is a class token (timm's ``cls_token``)
 
     @property
     def modules(self) -> list[ModuleInfo]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,11 +15,11 @@ from typing import Any
 import torch
 
 from . import outdir
-from .errors import UsageError, check_choice
+from .errors import DISK_FULL, UsageError, check_choice, disk_full
 from .formats import SAFETENSORS_FILE, SAFETENSORS_INDEX, write_pt, write_safetensors
 from .lock import OutputLock
-from .manifest import MANIFEST
-from .outdir import CLASSES, PROGRESS, RUN, SCRATCH
+from .manifest import MANIFEST, entry_stem
+from .outdir import CLASSES, PROGRESS, REPORT_FOLDER, REPORT_PAGE, RUN, SCRATCH
 from .records import Captured, Key, key_from_json
 from .stats import Accumulator, nonfinite_notes
 from .stream import NpyStream
@@ -165,12 +168,19 @@ class Writer:
 
     def __exit__(self, *exc: object) -> None:
         for stream in self.streams.values():
-            stream.close()
+            with contextlib.suppress(OSError):  # a full disk must not keep the scratch folder from going
+                stream.close()
         if not self._keep_scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
         self.lock.release()
         if self._created and self.out.is_dir() and not any(self.out.iterdir()):
             self.out.rmdir()
+        error = exc[1] if len(exc) > 1 else None
+        if isinstance(error, OSError) and error.errno in DISK_FULL:
+            kept = (
+                "Rerun with --resume once there is room." if self._keep_scratch else "Nothing of it was kept."
+            )
+            raise disk_full(f"the capture into `{self.out}`", kept) from error
 
     def start(self, run: dict[str, Any]) -> None:
         """What stays the same for the whole run (options, the inputs), written once, for --resume."""
@@ -284,22 +294,30 @@ class Writer:
 
 
 def _remove_previous(out: Path) -> None:
-    """With --overwrite: delete the files the old manifest lists, so no stale tensor stays behind."""
+    """With --overwrite: delete the files the old manifest lists, and the pictures and report page drawn
+    from them (``show``, ``capture --png``, ``hookdump report``), so nothing stale stays behind."""
     manifest = out / MANIFEST
     if not manifest.exists():
         return
     try:
         old = json.loads(manifest.read_text())
         files = {entry["file"] for entry in old.get("tensors", [])}
+        stems = {entry_stem(entry) for entry in old.get("tensors", [])}
     except (ValueError, KeyError, TypeError, AttributeError):
-        files = set()
+        files, stems = set(), set()
     if any(name != SAFETENSORS_FILE and name.startswith("tensors-") for name in files):
         files.add(SAFETENSORS_INDEX)
     manifest.unlink()
-    for name in files:
-        path = out / name
+    pictures = [p for stem in stems for p in out.glob(f"{glob.escape(stem)}.*png") if _drawn(p.name, stem)]
+    for path in [*(out / name for name in files), *pictures, *out.glob("rollout*.png"), out / REPORT_PAGE]:
         if path.parent == out and path.is_file():
             path.unlink()
+    shutil.rmtree(out / REPORT_FOLDER, ignore_errors=True)
+
+
+def _drawn(name: str, stem: str) -> bool:
+    """Whether ``name`` is a picture ``show`` draws of tensor ``stem`` (``viz.default_output``)."""
+    return re.fullmatch(rf"{re.escape(stem)}(\.img\d+)?(\.overlay|\.gradcam)?\.png", name) is not None
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -1,29 +1,39 @@
-"""Read one captured tensor back: a ``.npy`` / ``.pt`` file, a key of a ``.safetensors`` file, or a name in
-a capture folder, with its ``manifest.json`` entry when the file sits in a capture folder."""
+"""Read captured tensors back for ``show``, without torch: a ``.npy`` file, a key of a ``.safetensors`` file
+(bfloat16 widened in numpy), a name in a capture folder, with its ``manifest.json`` entry when the file sits
+in a capture folder; only a ``.pt`` file imports torch."""
 
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
 
-from .errors import HookdumpError, InputError, UsageError, did_you_mean
-from .manifest import entry_stem
+from .errors import InputError, UsageError, did_you_mean
+from .manifest import MANIFEST
 
 SUFFIXES = (".npy", ".pt", ".pth", ".safetensors")
-_WHAT = "Pass a .npy, .pt or .safetensors file that `hookdump capture` wrote, or a capture folder with --key."
+_WHAT = "Pass a .npy, .pt or .safetensors file that `hookdump capture` wrote, or a capture folder."
+_DTYPES = {
+    "F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
+    "I8": "i1", "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "?",
+}  # fmt: skip
+
+Array = np.ndarray[Any, Any]
 
 
 @dataclass
 class Loaded:
-    """A tensor read from disk, where it came from, and what the capture's manifest says about it."""
+    """A tensor read from disk (memory-mapped when it can be), where it came from, and what the capture's
+    manifest says about it. ``array`` is as stored; a bfloat16 tensor is held as its uint16 bits."""
 
     path: Path
     key: str | None
-    tensor: torch.Tensor
+    array: Array
+    bfloat16: bool = False
     entry: dict[str, Any] | None = None
     manifest: dict[str, Any] | None = None
 
@@ -36,11 +46,42 @@ class Loaded:
             call = self.entry.get("call", 0)
             layer = str(self.entry.get("layer")) + (f"@{call}" if call else "")
             return f"{layer} ({kind}{'' if index is None else ' ' + str(index)})"
+        return self.stem
+
+    @property
+    def stem(self) -> str:
+        """The tensor's short name: the safetensors key, else the file name without its suffix."""
         return self.key or self.path.stem
 
     @property
     def source(self) -> str:
         return f"{self.path}[{self.key}]" if self.key else str(self.path)
+
+    @property
+    def layout(self) -> str | None:
+        """``NCHW`` / ``NHWC`` / ``NLC`` when the manifest records it for this tensor."""
+        value = (self.entry or {}).get("layout")
+        return str(value) if value else None
+
+    @property
+    def prefix_tokens(self) -> int | None:
+        """Class / distillation / register tokens in front of the patch tokens, when the manifest says."""
+        value = ((self.manifest or {}).get("model") or {}).get("num_prefix_tokens")
+        return int(value) if isinstance(value, int) else None
+
+    @property
+    def class_token(self) -> bool:
+        """Whether the first prefix token is a class token (the manifest's ``model.class_token``; captures
+        from before it was recorded: when there are prefix tokens)."""
+        model = (self.manifest or {}).get("model") or {}
+        return bool(model.get("class_token", bool(self.prefix_tokens)))
+
+    def image(self, index: int) -> Array:
+        """Image ``index`` of the batch as float32 (bfloat16 widened: its bits are float32's upper half)."""
+        item = np.asarray(self.array[index])
+        if self.bfloat16:
+            return (item.astype(np.uint32) << 16).view(np.float32)
+        return item.astype(np.float32)
 
 
 def load(path: Path, key: str | None = None) -> Loaded:
@@ -56,64 +97,125 @@ def load(path: Path, key: str | None = None) -> Loaded:
         raise UsageError(
             f"--key is for .safetensors files and capture folders, not `{path.name}`.", "Drop --key."
         )
+    bfloat16 = False
     if suffix == ".safetensors":
-        key, tensor = _read_safetensors(path, key)
+        key, array, bfloat16 = _read_safetensors(path, key)
     else:
-        tensor = _read_npy(path) if suffix == ".npy" else _read_pt(path)
+        array = _read_npy(path) if suffix == ".npy" else _read_pt(path)
     manifest = _manifest(path.parent)
-    return Loaded(path, key, tensor, _entry(manifest, path.name, key), manifest)
+    return Loaded(path, key, array, bfloat16, _entry(manifest, path.name, key), manifest)
+
+
+def expand(path: Path, key: str | None) -> list[tuple[Path, str | None]]:
+    """What ``path`` names, as (file, key) pairs for :func:`load`: every tensor of a capture folder or a
+    safetensors file given without ``key`` (manifest order), else the one tensor."""
+    if path.is_dir() and key is None:
+        from .reader import Capture
+
+        return [(path / e["file"], e.get("key")) for e in Capture(path).entries.values()]
+    if path.is_file() and path.suffix.lower() == ".safetensors" and key is None:
+        return [(path, k) for k in _keys(path)]
+    return [(path, key)]
+
+
+def is_gradient(loaded: Loaded) -> bool:
+    """Whether ``loaded`` is a gradient capture --grad wrote (kind ``grad``, or named ``<stem>.grad``)."""
+    return (loaded.entry or {}).get("kind") == "grad" or loaded.stem.endswith(".grad")
+
+
+def gradient(loaded: Loaded) -> Loaded | None:
+    """The gradient capture --grad wrote for ``loaded`` (the manifest's ``grad`` entry of the same layer,
+    call and element; without a manifest, ``<stem>.grad`` beside it), or None."""
+    folder, entry = loaded.path.parent, loaded.entry
+    if entry is not None and loaded.manifest is not None:
+        same = ("layer", "call", "index")
+        found = [
+            e for e in loaded.manifest.get("tensors", [])
+            if isinstance(e, dict) and e.get("kind") == "grad" and all(e.get(k) == entry.get(k) for k in same)
+        ]  # fmt: skip
+        found.sort(key=lambda e: e.get("format") != entry.get("format"))
+        return load(folder / found[0]["file"], found[0].get("key")) if found else None
+    if loaded.key is not None:
+        grad_key = f"{loaded.key}.grad"
+        return load(loaded.path, grad_key) if grad_key in _keys(loaded.path) else None
+    sibling = loaded.path.with_name(f"{loaded.path.stem}.grad{loaded.path.suffix}")
+    return load(sibling) if sibling.is_file() else None
 
 
 def _in_folder(folder: Path, key: str | None) -> tuple[Path, str | None]:
     """A capture folder and a tensor name (file stem or safetensors key) -> the file and its key."""
-    manifest = _manifest(folder)
-    if manifest is None:
-        raise InputError(f"`{folder}` is a folder without a readable manifest.json.", _WHAT)
-    files: dict[str, tuple[str, str | None]] = {}
-    order = {"npy": 0, "pt": 1, "safetensors": 2}
-    for entry in sorted(manifest.get("tensors", []), key=lambda e: order.get(e.get("format"), 3)):
-        files.setdefault(entry_stem(entry), (entry["file"], entry.get("key")))
-    key = _pick(key, list(files), f"`{folder}`")
-    file, inner = files[key]
-    return folder / file, inner
+    from .reader import Capture
+
+    entries = Capture(folder).entries
+    entry = entries[_pick(key, list(entries), f"`{folder}`")]
+    return folder / entry["file"], entry.get("key")
 
 
-def _read_npy(path: Path) -> torch.Tensor:
-    import numpy as np
-
+def _read_npy(path: Path) -> Array:
     try:
-        array = np.load(path, allow_pickle=False)
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise InputError(f"`{path}` is not a .npy file numpy can read: {exc}", _WHAT) from exc
     if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
         raise InputError(f"`{path}` does not hold a numeric array.", _WHAT)
-    return torch.from_numpy(array.astype(np.float32))
+    return array
 
 
-def _read_pt(path: Path) -> torch.Tensor:
+def _read_pt(path: Path) -> Array:
+    import torch
+
     try:
         value = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # unpickling raises many kinds
         raise InputError(f"`{path}` is not a tensor file torch.load can read: {exc}", _WHAT) from exc
-    if not isinstance(value, torch.Tensor):
-        raise InputError(f"`{path}` holds a {type(value).__name__}, not a tensor.", _WHAT)
-    return value
+    if not isinstance(value, torch.Tensor) or value.is_complex():
+        raise InputError(f"`{path}` holds a {type(value).__name__}, not a real tensor.", _WHAT)
+    value = value.detach()
+    array: Array = (value.float() if value.dtype == torch.bfloat16 else value).numpy()
+    return array
 
 
-def _read_safetensors(path: Path, key: str | None) -> tuple[str, torch.Tensor]:
-    from safetensors import safe_open
-
+def _header(path: Path) -> tuple[int, dict[str, Any]]:
+    """A safetensors file's JSON header (tensors only) and where its data starts."""
     try:
-        with safe_open(str(path), framework="pt") as handle:
-            keys = list(handle.keys())
-            if not keys:
-                raise InputError(f"`{path}` holds no tensors.", _WHAT)
-            key = _pick(key, keys, f"`{path}`", noun="key")
-            return key, handle.get_tensor(key)
-    except HookdumpError:
-        raise
-    except Exception as exc:  # safetensors raises its own error type, and OSError
+        with path.open("rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            if length > 100 << 20:
+                raise ValueError(f"a header of {length} bytes")
+            header = json.loads(handle.read(length))
+        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+        for info in tensors.values():
+            if info["dtype"] not in _DTYPES:
+                raise ValueError(f"dtype {info['dtype']}")
+    except (OSError, ValueError, struct.error, KeyError, TypeError, AttributeError) as exc:
         raise InputError(f"`{path}` is not a safetensors file: {exc}", _WHAT) from exc
+    return 8 + length, tensors
+
+
+def _keys(path: Path) -> list[str]:
+    keys = list(_header(path)[1])
+    if not keys:
+        raise InputError(f"`{path}` holds no tensors.", _WHAT)
+    return keys
+
+
+def _read_safetensors(path: Path, key: str | None) -> tuple[str, Array, bool]:
+    """The tensor ``key`` memory-mapped from its bytes (bfloat16: as uint16 bits), and whether bfloat16."""
+    start, header = _header(path)
+    key = _pick(key, _keys(path), f"`{path}`", noun="key")
+    info = header[key]
+    shape = tuple(int(n) for n in info["shape"])
+    dtype = np.dtype(_DTYPES[info["dtype"]])
+    try:
+        begin, end = (int(n) for n in info["data_offsets"])
+        if end - begin != int(np.prod(shape)) * dtype.itemsize:
+            raise ValueError(f"{end - begin} bytes for {list(shape)} {info['dtype']}")
+        if begin == end:
+            return key, np.empty(shape, dtype), info["dtype"] == "BF16"
+        array = np.memmap(path, dtype, mode="r", offset=start + begin, shape=shape)
+    except (ValueError, OSError, TypeError) as exc:
+        raise InputError(f"`{path}` is cut short or damaged at `{key}`: {exc}", _WHAT) from exc
+    return key, array, info["dtype"] == "BF16"
 
 
 def _pick(key: str | None, names: list[str], where: str, noun: str = "tensor") -> str:
@@ -131,7 +233,7 @@ def _pick(key: str | None, names: list[str], where: str, noun: str = "tensor") -
 
 def _manifest(folder: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads((folder / "manifest.json").read_text())
+        data = json.loads((folder / MANIFEST).read_text())
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

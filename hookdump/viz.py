@@ -1,236 +1,313 @@
-"""A captured tensor as a PNG: a grid of its channels, or a heat map over the photo. Never prints.
+"""Captured tensors as PNGs: labelled channel grids (:mod:`hookdump.grid`), heat maps and Grad-CAM over the
+photo (:mod:`hookdump.overlay`, :mod:`hookdump.gradcam`). Never prints; imports no torch (a ``.pt`` file
+aside), so a PNG costs numpy and Pillow only.
 
-How a tensor becomes ``(C, H, W)`` maps of one image (``index`` picks the image; the batch is first):
-
-* ``(N, C, H, W)``: the maps as they are.
-* ``(N, L, C)`` tokens: when ``L`` is a perfect square ``h*h``, token ``i`` sits at row ``i // h``, column
-  ``i % h`` (row-major, as ViT / Swin / Twins flatten them); when ``L - 1`` is one, the first token (a class
-  token) is dropped first. Any other ``L`` (several prefix tokens, a non-square grid) is refused.
-* ``(N, K)`` vectors (a classifier's logits, pooled features) and other ranks are refused: they hold no
-  spatial map. Refusals are input errors (exit 4).
-
-The grid: each channel min-max scaled to 0..255 on its own (a constant channel is black), the first
-``max_channels`` of them, ``ceil(sqrt(shown))`` per row, ``PADDING`` pixels of ``SEPARATOR`` colour between
-and around the tiles; maps smaller than ``MIN_TILE`` pixels are enlarged by the whole factor
-``MIN_TILE // max(H, W)`` (nearest neighbour). So the PNG is ``cols * (W*s + p) + p`` wide and
-``rows * (H*s + p) + p`` high; a single channel is drawn alone, without padding (as ``make_grid`` does).
-
-The overlay: the mean of ``|activation|`` over all channels, min-max scaled, through an inferno-like
-colour map, resized (bilinear) onto the photo and blended with weight ``alpha``. When the tensor comes from
-a capture folder, the photo is first resized and center-cropped the way the model's eval transform did
-(the manifest's ``transform``: ``input_size``, ``crop_pct``, ``interpolation``), so the heat map lies on what
-the model saw; otherwise the map is stretched over the whole photo.
+:func:`show` renders one tensor to one PNG; :func:`show_many` renders every tensor and image asked for (a
+capture folder, several files, ``index=None`` for every image), each PNG written to a scratch name first and
+renamed into place only when all are drawn, so a failure leaves none. Names, beside each tensor file (or in
+the ``output`` folder): ``<stem>.png``, ``<stem>.overlay.png`` with a photo, ``<stem>.gradcam.png`` for
+Grad-CAM; for every image of the batch, ``<stem>.img<i>.png`` (``.img<i>.overlay.png``, ...).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
-
-from .errors import InputError, UsageError
-from .images import open_image
-from .tensorfile import Loaded, load
+from .errors import HookdumpError, NoMap, UsageError
+from .grid import grid
+from .maps import feature_maps
+from .overlay import blend, fit_photo, heat, photo_notes
+from .pictures import Rendered, Shown, Style
+from .tensorfile import Array, Loaded, expand, is_gradient, load
 
 if TYPE_CHECKING:
     from PIL.Image import Image
 
-PADDING = 2
-MIN_TILE = 64
-SEPARATOR = (40, 90, 160)
-#: Anchors of an inferno-like colour map (black, purple, red, orange, pale yellow), interpolated to 256.
-_ANCHORS = np.array([[0, 0, 4], [87, 16, 110], [188, 55, 84], [249, 142, 9], [252, 255, 164]], float)
-LUT = np.stack(
-    [np.interp(np.linspace(0, 1, 256), np.linspace(0, 1, len(_ANCHORS)), _ANCHORS[:, c]) for c in range(3)],
-    axis=1,
-).astype(np.uint8)
-
-
-@dataclass
-class Rendered:
-    """One PNG written by :func:`show`, and what it shows."""
-
-    path: Path
-    width: int
-    height: int
-    source: str
-    name: str
-    shape: list[int]
-    index: int
-    layout: str
-    channels: int
-    channels_shown: int
-    columns: int = 0
-    tile: tuple[int, int] = (0, 0)
-    overlay: Path | None = None
-    fit: str = ""
-    notes: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        """``show --json``: every field, paths as strings."""
-        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
-
-
-def feature_maps(tensor: torch.Tensor, index: int) -> tuple[torch.Tensor, str]:
-    """``(C, H, W)`` float maps of image ``index``, and how they were read (see the module docstring)."""
-    shape = tuple(tensor.shape)
-    if tensor.dim() not in (3, 4):
-        what = "a vector per image" if tensor.dim() == 2 else f"{tensor.dim()} dimensions"
-        raise InputError(
-            f"A tensor of shape {shape} ({what}) has no spatial map to draw.",
-            "show draws (N, C, H, W) feature maps and (N, L, C) tokens on a square grid; pick a layer whose"
-            " output is spatial (`hookdump list-modules` shows the output shapes).",
-        )
-    if not 0 <= index < shape[0]:
-        raise UsageError(
-            f"--index {index} is out of range: the tensor holds {shape[0]} image(s).",
-            f"Use --index 0 to {shape[0] - 1}.",
-        )
-    item = torch.nan_to_num(tensor[index].float())
-    if tensor.dim() == 4:
-        return item, f"{shape[1]} maps of {shape[2]}x{shape[3]}"
-    tokens, channels = shape[1], shape[2]
-    for prefix in (0, 1):
-        side = math.isqrt(max(tokens - prefix, 0))
-        if tokens - prefix > 0 and side * side == tokens - prefix:
-            maps = item[prefix:].T.reshape(channels, side, side)
-            dropped = " (first token dropped: a class token)" if prefix else ""
-            return maps, f"{tokens} tokens of {channels} channels as a {side}x{side} grid{dropped}"
-    raise InputError(
-        f"A tensor of shape {shape}: {tokens} tokens are not a square grid (nor a class token plus one).",
-        "show reshapes (N, L, C) tokens when L or L-1 is a perfect square; reshape this one yourself.",
-    )
-
-
-def scaled(maps: torch.Tensor) -> torch.Tensor:
-    """Each map min-max scaled to 0..1 on its own; a constant map becomes 0."""
-    flat = maps.reshape(maps.shape[0], -1)
-    low, high = flat.min(dim=1).values, flat.max(dim=1).values
-    span = torch.where(high > low, high - low, torch.ones_like(high))
-    out = (flat - low[:, None]) / span[:, None]
-    return out.reshape(maps.shape).clamp(0, 1)
-
-
-def channel_grid(maps: torch.Tensor, max_channels: int = 64) -> tuple[np.ndarray, int, int, tuple[int, int]]:
-    """The grid image (H, W, 3 uint8), channels shown, columns, tile size (h, w) in the image."""
-    from torchvision.utils import make_grid
-
-    shown = maps[:max_channels]
-    factor = max(1, MIN_TILE // max(shown.shape[1:]))
-    tiles = scaled(shown).repeat_interleave(factor, 1).repeat_interleave(factor, 2)
-    columns = math.ceil(math.sqrt(len(tiles)))
-    grid = make_grid(tiles.unsqueeze(1), nrow=columns, padding=PADDING, pad_value=-1.0)
-    plane = grid[0] if grid.dim() == 3 else grid
-    gray = (plane.clamp(0, 1) * 255).round().to(torch.uint8).numpy()
-    image = np.repeat(gray[:, :, None], 3, axis=2)
-    image[plane.numpy() < 0] = SEPARATOR
-    return image, len(tiles), columns, (tiles.shape[1], tiles.shape[2])
-
-
-def heat_map(maps: torch.Tensor) -> np.ndarray:
-    """Mean |activation| over channels, min-max scaled to 0..1, as float32 (H, W)."""
-    return scaled(maps.abs().mean(dim=0, keepdim=True))[0].numpy().astype(np.float32)
-
-
-def overlay(heat: np.ndarray, photo: Image, alpha: float) -> np.ndarray:
-    """``heat`` (0..1) resized bilinearly to ``photo``, coloured, and blended onto it with weight alpha."""
-    from PIL import Image as PILImage
-
-    resized = PILImage.fromarray(heat).resize(photo.size, PILImage.Resampling.BILINEAR)
-    levels = np.clip(np.asarray(resized) * 255 + 0.5, 0, 255).astype(np.uint8)
-    blend = (1 - alpha) * np.asarray(photo.convert("RGB"), float) + alpha * LUT[levels].astype(float)
-    return np.clip(blend + 0.5, 0, 255).astype(np.uint8)
-
-
-def fit_photo(photo: Image, transform: dict[str, Any] | None) -> tuple[Image, str]:
-    """The photo as the model's eval transform cropped it (when the manifest says how), and how."""
-    if not transform or "input_size" not in transform:
-        return photo, f"the whole photo ({photo.width}x{photo.height}; no capture manifest beside the file)"
-    from torchvision.transforms import InterpolationMode
-    from torchvision.transforms import functional as tf
-
-    _, height, width = (int(d) for d in transform["input_size"])
-    crop_pct = float(transform.get("crop_pct") or 1.0)
-    try:
-        mode = InterpolationMode(transform.get("interpolation", "bilinear"))
-    except ValueError:
-        mode = InterpolationMode.BILINEAR
-    size = [math.floor(height / crop_pct), math.floor(width / crop_pct)]
-    fitted = tf.resize(photo, size[:1] if height == width else size, interpolation=mode)
-    fitted = tf.center_crop(fitted, [height, width])
-    return fitted, f"resized and center-cropped to {width}x{height} as the model's eval transform did"
-
-
-def default_output(loaded: Loaded, with_overlay: bool) -> Path:
-    """``<stem>.png`` (``<stem>.overlay.png`` with an overlay) next to the tensor file."""
-    stem = (loaded.key or loaded.path.stem).replace("/", "_")
-    return loaded.path.parent / f"{stem}{'.overlay' if with_overlay else ''}.png"
-
 
 def show(
-    file: Path,
+    file: Path, *, key: str | None = None, output: Path | None = None, index: int = 0, **style: Any
+) -> Rendered:
+    """Render one tensor (``key`` picks it in a safetensors file or capture folder) as one PNG."""
+    options = Style(**style)
+    options.check()
+    loaded = load(file, key)
+    out = _destination(output, 1)[0] or default_output(loaded, options, None, None)
+    staged = _Staged()
+    try:
+        image, rendered = render(loaded, index, options, out)
+        staged.add(image, out)
+        staged.commit()
+    finally:
+        staged.discard()
+    return rendered
+
+
+def show_many(
+    files: list[Path],
     *,
     key: str | None = None,
     output: Path | None = None,
-    index: int = 0,
-    max_channels: int = 64,
-    photo: Path | None = None,
-    alpha: float = 0.5,
-) -> Rendered:
-    """Render the tensor in ``file`` as a channel grid, or as a heat map over ``photo``; write a PNG."""
-    if output is not None and output.suffix.lower() != ".png":
-        raise UsageError(f"--output `{output}` does not end in .png.", "Name the PNG file, e.g. -o maps.png.")
-    loaded = load(file, key)
-    maps, layout = feature_maps(loaded.tensor, index)
-    out = output or default_output(loaded, photo is not None)
-    shape = list(loaded.tensor.shape)
-    common: dict[str, Any] = dict(
-        source=loaded.source, name=loaded.name, shape=shape, index=index, layout=layout, channels=len(maps)
-    )
-    if photo is None:
-        image, shown, columns, tile = channel_grid(maps, max_channels)
-        _write_png(image, out)
-        return Rendered(out, image.shape[1], image.shape[0], **common, channels_shown=shown,
-                        columns=columns, tile=tile)  # fmt: skip
-    picture = open_image(photo, option="--overlay")
-    fitted, fit = fit_photo(picture, (loaded.manifest or {}).get("transform"))
-    image = overlay(heat_map(maps), fitted, alpha)
-    _write_png(image, out)
-    notes = _photo_notes(loaded, photo, index)
-    return Rendered(out, image.shape[1], image.shape[0], **common, channels_shown=len(maps),
-                    overlay=photo, fit=fit, notes=notes)  # fmt: skip
-
-
-def _photo_notes(loaded: Loaded, photo: Path, index: int) -> list[str]:
-    """A note when the manifest says image ``index`` was another photo than ``photo``."""
-    inputs = (loaded.manifest or {}).get("inputs") or []
-    if index >= len(inputs) or not isinstance(inputs[index], dict) or "sha256" not in inputs[index]:
-        return []
-    from .inputs import sha256
-
-    if sha256(photo) == inputs[index]["sha256"]:
-        return []
-    return [f"`{photo}` is not the image {index} of this capture (`{inputs[index].get('path')}`)."]
-
-
-def _write_png(image: np.ndarray, out: Path) -> None:
-    """Write atomically: a temporary file in the same folder, then a rename. The file is created the
-    ordinary way, so it gets the user's usual permissions (umask), not mkstemp's 0600."""
-    from PIL import Image as PILImage
-
-    tmp = out.parent / f".hookdump-{os.getpid()}-{out.name}"
+    index: int | None = 0,
+    **style: Any,
+) -> Shown:
+    """Render every tensor ``files`` name (all of a capture folder or safetensors file without ``key``),
+    image ``index`` of each, or every image when ``index`` is None."""
+    options = Style(**style)
+    options.check()
+    many = len(files) > 1 or index is None
+    pairs = []
+    for path in files:
+        named = expand(path, key)
+        many = many or (key is None and (path.is_dir() or path.suffix.lower() == ".safetensors"))
+        pairs += named
+    loaded = [load(f, k) for f, k in pairs]
+    if options.rollout:
+        return _rollout(loaded, index, options, output)
+    if options.gradcam:
+        loaded = [t for t in loaded if not is_gradient(t)] or loaded
+    jobs = [(t, i) for t in loaded for i in (range(len(t.array)) if index is None else [index])]
+    file, folder = _destination(output, len(jobs))
+    outs = [file or default_output(t, options, None if index is not None else i, folder) for t, i in jobs]
+    _no_clashes(outs)
+    rendered, notes, skipped = [], [], []
+    staged = _Staged()
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        PILImage.fromarray(image).save(tmp, format="PNG")
-        os.replace(tmp, out)
-    except OSError as exc:
-        raise UsageError(f"Cannot write `{out}`: {exc}", "Choose another --output.") from exc
+        for (tensor, i), out in zip(jobs, outs, strict=True):
+            try:
+                image, done = render(tensor, i, options, out)
+            except NoMap as exc:
+                if not many:
+                    raise
+                skipped.append(exc)
+                notes.append(f"{tensor.stem}: skipped: {exc.message}")
+                continue
+            staged.add(image, out)
+            rendered.append(done)
+        if not rendered and skipped:
+            raise skipped[0]
+        staged.commit()
     finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        staged.discard()
+    return Shown(rendered, notes, many)
+
+
+def _attention_overlay(
+    loaded: Loaded, index: int, style: Style, maps: Array, fitted: Image, common: dict[str, Any]
+) -> tuple[Array, Rendered]:
+    """Attention weights over the photo: one tile per head (:func:`attnviz.head_overlays`)."""
+    from .attnviz import head_overlays
+
+    colours = "grey" if style.grey else "inferno"
+    caption = [loaded.name, f"image {index} of {tuple(loaded.array.shape)}", common["layout"]]
+    image, tiles, columns, tile, top, notes = head_overlays(
+        maps, fitted, style.alpha, colours, caption, loaded.stem
+    )
+    notes += photo_notes(loaded, style.photo, index) if style.photo else []
+    return image, Rendered(
+        width=image.shape[1], height=image.shape[0], **common, channels_shown=len(maps), columns=columns,
+        tile=tile, overlay=style.photo, notes=notes, kind="attention", selection=f"{len(maps)} heads",
+        scale="each head min-max scaled on its own", colormap=colours, caption_height=top, tiles=tiles,
+    )  # fmt: skip
+
+
+def _rollout(loaded: list[Loaded], index: int | None, style: Style, output: Path | None) -> Shown:
+    """``--rollout``: one picture per image of the rollout through every attention tensor given."""
+    from .attnviz import rollout_of
+
+    images = range(len(loaded[0].array)) if index is None and loaded else [index or 0]
+    file, folder = _destination(output, len(images))
+    rendered = []
+    staged = _Staged()
+    try:
+        for i in images:
+            unit, how, layers = rollout_of(loaded, i)
+            first = next(t for t in loaded if t.stem == layers[0])
+            where = folder or first.path.parent
+            image_part = "" if index is not None else f".img{i}"
+            out = file or where / f"rollout{image_part}{style.suffix}.png"
+            image, done = _heat_picture(first, i, style, out, unit, how)
+            staged.add(image, out)
+            rendered.append(done)
+        staged.commit()
+    finally:
+        staged.discard()
+    return Shown(rendered, [], index is None)
+
+
+def _heat_picture(
+    loaded: Loaded, index: int, style: Style, out: Path, heat: Array, how: str
+) -> tuple[Array, Rendered]:
+    """One heat map ``heat`` (h, w): over the photo with ``style.photo``, else alone, enlarged."""
+    from .colormap import paint
+    from .maps import to_unit
+
+    unit = to_unit(heat, None)[0]
+    colours = "grey" if style.grey else "inferno"
+    common: dict[str, Any] = dict(
+        path=out, source=loaded.source, name="attention rollout", shape=list(loaded.array.shape),
+        index=index, layout=how, channels=1, channels_shown=1, kind="rollout", colormap=colours,
+        scale="min-max scaled", padding=0, label_height=0,
+    )  # fmt: skip
+    if style.photo is None:
+        factor = max(1, 224 // max(unit.shape))
+        image = paint(unit, colours).repeat(factor, axis=0).repeat(factor, axis=1)
+        return image, Rendered(width=image.shape[1], height=image.shape[0], **common)
+    fitted, fit = _fitted(loaded, style)
+    image = blend(unit, fitted, style.alpha, colours)
+    notes = photo_notes(loaded, style.photo, index)
+    rendered = Rendered(width=image.shape[1], height=image.shape[0], **common, overlay=style.photo, fit=fit)
+    rendered.notes = notes
+    return image, rendered
+
+
+def _fitted(loaded: Loaded, style: Style) -> tuple[Image, str]:
+    """``--overlay``'s photo as the model's eval transform cropped it."""
+    from .images import open_image
+
+    assert style.photo is not None
+    return fit_photo(open_image(style.photo, option="--overlay"), (loaded.manifest or {}).get("transform"))
+
+
+def capture_pictures(out: Path, photo: Path | None) -> Shown:
+    """``capture --png``: every tensor's grid of the first image beside it, and its heat map over the photo
+    when the first input is one. What cannot be drawn (vectors, windowed attention, an unreadable photo)
+    is said in a note, never an error: the capture itself is done."""
+    drawn: list[Rendered] = []
+    notes: list[str] = []
+    for over in [None, photo] if photo is not None else [None]:
+        try:
+            shown = show_many([out], index=0, photo=over)
+        except HookdumpError as exc:
+            notes.append(f"--png: {exc.message}")
+            continue
+        drawn += shown.rendered
+        notes += [f"--png: {n}" for n in shown.notes] + [n for r in shown.rendered for n in r.notes]
+    return Shown(drawn, list(dict.fromkeys(notes)), True)
+
+
+def parse_index(text: str) -> int | None:
+    """``--index``: an image number, or ``all`` (None)."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(
+            f"--index `{text}` is not an image number.", "Use --index 0, 1, ... or all."
+        ) from None
+    if value < 0:
+        raise UsageError(
+            f"--index {value} is out of range: images count from 0.", "Use --index 0, 1, ... or all."
+        )
+    return value
+
+
+def render(loaded: Loaded, index: int, style: Style, out: Path) -> tuple[Array, Rendered]:
+    """The picture of image ``index`` of ``loaded`` (grid, heat map or Grad-CAM) and what it shows."""
+    maps = feature_maps(loaded, index)
+    common: dict[str, Any] = dict(
+        path=out, source=loaded.source, name=loaded.name, shape=list(loaded.array.shape), index=index,
+        layout=maps.layout, channels=len(maps.maps),
+    )  # fmt: skip
+    if style.photo is None:
+        colours = "grey" if style.grey else "viridis"
+        caption = [loaded.name, f"image {index} of {tuple(loaded.array.shape)}", maps.layout]
+        sheet = grid(
+            maps.maps, caption, name=loaded.stem, channels=style.channels, top_k=style.top_k,
+            max_channels=style.max_channels, scale=style.scale, colours=colours,
+        )  # fmt: skip
+        height, width = sheet.image.shape[:2]
+        return sheet.image, Rendered(
+            width=width, height=height, **common, channels_shown=len(sheet.tiles), columns=sheet.columns,
+            tile=sheet.tile, notes=sheet.notes, selection=sheet.selection, scale=sheet.scale,
+            colormap=colours, caption_height=sheet.caption_height, tiles=sheet.tiles,
+        )  # fmt: skip
+    from .gradcam import compute
+
+    colours = "grey" if style.grey else "inferno"
+    fitted, fit = _fitted(loaded, style)
+    if loaded.layout == "attn" and not style.gradcam:
+        return _attention_overlay(loaded, index, style, maps.maps, fitted, common | {"fit": fit})
+    target = None
+    if style.gradcam:
+        cam = compute(loaded, index)
+        unit, notes, target = cam.cam, cam.notes, cam.target
+    else:
+        unit, notes = heat(maps.maps, loaded.stem)
+    image = blend(unit, fitted, style.alpha, colours)
+    notes += photo_notes(loaded, style.photo, index)
+    return image, Rendered(
+        width=image.shape[1], height=image.shape[0], **common, channels_shown=len(maps.maps),
+        overlay=style.photo, fit=fit, notes=notes, kind="gradcam" if style.gradcam else "overlay",
+        scale="min-max scaled", colormap=colours, padding=0, label_height=0, target=target,
+    )  # fmt: skip
+
+
+def default_output(loaded: Loaded, style: Style, image: int | None, folder: Path | None) -> Path:
+    """``<stem>[.img<i>][.overlay|.gradcam].png`` in ``folder``, else beside the tensor file."""
+    stem = loaded.stem.replace("/", "_") + ("" if image is None else f".img{image}")
+    return (folder or loaded.path.parent) / f"{stem}{style.suffix}.png"
+
+
+def _destination(output: Path | None, pictures: int) -> tuple[Path | None, Path | None]:
+    """``--output`` as (one PNG file, None) or (None, a folder for every PNG); refused when it cannot be."""
+    if output is None:
+        return None, None
+    if output.suffix.lower() == ".png":
+        if pictures > 1:
+            raise UsageError(
+                f"--output `{output}` names one PNG, but this draws {pictures} pictures.",
+                "Give --output a folder (a name without .png), or leave it out to write each PNG beside"
+                " its tensor.",
+            )
+        return output, None
+    if output.is_dir() or not output.suffix:
+        return None, output
+    raise UsageError(
+        f"--output `{output}` does not end in .png.", "Name the PNG file, e.g. -o maps.png (or a folder)."
+    )
+
+
+def _no_clashes(outs: list[Path]) -> None:
+    seen: set[Path] = set()
+    for out in outs:
+        if out in seen:
+            raise UsageError(
+                f"Two pictures would both be written to `{out}`.",
+                "Show them in separate runs, or leave --output out so each goes beside its tensor.",
+            )
+        seen.add(out)
+
+
+class _Staged:
+    """PNGs written to scratch names beside their destination, renamed into place by :meth:`commit`. Each
+    file is created the ordinary way, so it gets the user's usual permissions (umask), not mkstemp's 0600."""
+
+    def __init__(self) -> None:
+        self.files: list[tuple[Path, Path]] = []
+
+    def add(self, image: Array, out: Path) -> None:
+        from PIL import Image
+
+        tmp = out.parent / f".hookdump-{os.getpid()}-{len(self.files)}-{out.name}"
+        self.files.append((tmp, out))
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(image).save(tmp, format="PNG", compress_level=3)  # 3x faster than 6, ~5% larger
+        except OSError as exc:
+            raise UsageError(f"Cannot write `{out}`: {exc}", "Choose another --output.") from exc
+
+    def commit(self) -> None:
+        try:
+            for tmp, out in self.files:
+                os.replace(tmp, out)
+        except OSError as exc:
+            raise UsageError(f"Cannot write `{out}`: {exc}", "Choose another --output.") from exc
+
+    def discard(self) -> None:
+        for tmp, _ in self.files:
+            with contextlib.suppress(OSError):
+                tmp.unlink()

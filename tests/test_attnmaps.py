@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hookdump import attnmaps
-from hookdump.errors import InputError
+from hookdump.errors import NoMap
 
 
 def _softmax_rows(rng: np.random.Generator, heads: int, tokens: int) -> np.ndarray:
@@ -65,9 +65,9 @@ def test_without_a_class_token_a_map_is_the_attention_each_key_receives() -> Non
 
 
 def test_windowed_and_non_square_attention_are_refused_with_the_reason() -> None:
-    with pytest.raises(InputError, match="windows"):
-        attnmaps.one_image(np.zeros((64, 3, 49, 49)), 0, images=1)
-    with pytest.raises(InputError, match="square grid"):
+    with pytest.raises(NoMap, match="windows"):
+        attnmaps.check_global((64, 3, 49, 49), images=1)
+    with pytest.raises(NoMap, match="square grid"):
         attnmaps.head_maps(np.zeros((1, 11, 11)), prefix=1)
-    with pytest.raises(InputError, match="one token count"):
+    with pytest.raises(NoMap, match="one token count"):
         attnmaps.rollout([np.zeros((1, 5, 5)), np.zeros((1, 10, 10))], prefix=1)

@@ -1,0 +1,254 @@
+"""report: OUT/index.html of real captures (resnet18 on real photos, a ViT with --grad and --attention), read
+back with the standard library's HTML parser: every link resolves inside OUT, every layer has its section,
+its numbers are numpy's; refusals; and a look at the page in a real browser (headless Chromium)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import signal
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import numpy as np
+import pytest
+from conftest import PLUGINS, Cli
+from PIL import Image
+from test_runs import SLOW, _photos, _start, _wait_for
+
+import hookdump
+
+EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
+RESNET = ("-m", "resnet18", "--input-size", "3,64,64", "-l", "layer1", "-l", "fc")
+
+
+class Page(HTMLParser):
+    """What a browser would fetch or follow (href, src), the ids, each section's text and stat cells."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.links: list[str] = []
+        self.ids: set[str] = set()
+        self.tags: set[str] = set()
+        self.text: dict[str, str] = {}  # section id -> its text
+        self.stats: dict[str, dict[str, tuple[str, list[str]]]] = {}  # id -> stat -> (data-value, classes)
+        self.images: dict[str, tuple[str, int, int]] = {}  # section id -> (src, width, height)
+        self._section: str | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        self.tags.add(tag)
+        for key in ("href", "src"):
+            if key in a:
+                self.links.append(a[key])
+        if "id" in a:
+            self.ids.add(a["id"])
+        if tag == "section":
+            self._section = a.get("id")
+            self.text[self._section or ""] = ""
+        if self._section and "data-stat" in a:
+            self.stats.setdefault(self._section, {})[a["data-stat"]] = (
+                a["data-value"],
+                a.get("class", "").split(),
+            )
+        if self._section and self._section.startswith("t-") and tag == "img":
+            self.images[self._section] = (a["src"], int(a["width"]), int(a["height"]))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "section":
+            self._section = None
+
+    def handle_data(self, data: str) -> None:
+        if self._section is not None:
+            self.text[self._section] += data
+
+
+def _page(out: Path) -> Page:
+    return Page((out / "index.html").read_text(encoding="utf-8"))
+
+
+def _check_links(out: Path) -> Page:
+    """Every link is relative and names a file inside ``out`` (anchors name an id on the page)."""
+    page = _page(out)
+    assert page.links
+    for link in page.links:
+        parts = urlsplit(link)
+        assert not parts.scheme and not parts.netloc and not link.startswith("/"), link
+        if link.startswith("#"):
+            assert unquote(link[1:]) in {unquote(i) for i in page.ids}, link
+            continue
+        target = (out / unquote(parts.path)).resolve()
+        assert target.is_file() and target.is_relative_to(out.resolve()), link
+    return page
+
+
+def _section(page: Page, name: str) -> str:
+    return next(i for i in page.ids if unquote(i) == f"t-{name}")
+
+
+@pytest.fixture(scope="module")
+def resnet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """resnet18's layer1 (maps) and fc (a vector) of two real photos (one name with a space), reported."""
+    folder = tmp_path_factory.mktemp("report")
+    photos = _photos(folder / "photos", 1)
+    shutil.copy(Path(__file__).parent.parent / "hookdump" / "data" / "sample.jpg", photos / "cat photo.jpg")
+    out = folder / "out"
+    cli = Cli()
+    result = cli("capture", *RESNET, photos, "-o", out, "--format", "npy,safetensors")
+    assert result.exit_code == 0, result.stderr
+    result = cli("report", out)
+    assert result.exit_code == 0, result.stderr
+    assert f"wrote {out / 'index.html'}: 2 tensor(s), 1 picture(s), 2 input thumbnail(s)" in result.stdout
+    return out
+
+
+def test_every_link_resolves_and_every_layer_has_its_section(resnet: Path, tmp_path: Path) -> None:
+    page = _check_links(resnet)
+    manifest = json.loads((resnet / "manifest.json").read_text())
+    for entry in manifest["tensors"]:
+        name = entry.get("key") or Path(entry["file"]).stem
+        text = page.text[_section(page, name)]
+        assert entry["layer"] in text and entry["kind"] in text and str(tuple(entry["shape"])) in text
+        assert f"#t-{name}" in page.links and entry["file"] in page.links
+    assert "manifest.json" in page.links
+    # no script, no stylesheet or font from elsewhere: the page stands alone
+    assert not {"script", "link", "iframe"} & page.tags
+    # the layer1 picture: a PNG of the size the page gives; fc has none, and the page says why
+    src, width, height = page.images[_section(page, "layer1")]
+    with Image.open(resnet / src) as image:
+        assert image.format == "PNG" and image.size == (width, height)
+    assert _section(page, "fc") not in page.images
+    assert "No picture" in page.text[_section(page, "fc")] and "(2, 1000)" in page.text[_section(page, "fc")]
+    # the inputs, each with a thumbnail copied into the folder (a file name with a space too)
+    thumbs = [link for link in page.links if link.startswith("report/inputs/")]
+    assert len(thumbs) == 2 and "cat photo.jpg" in page.text["inputs"]
+    # the folder still reads back as a capture, and copied elsewhere its page still works
+    assert sorted(hookdump.open(resnet)) == ["fc", "layer1"]
+    moved = shutil.copytree(resnet, tmp_path / "moved")
+    shutil.rmtree(resnet / "report")
+    try:
+        _check_links(moved)
+    finally:
+        shutil.copytree(moved / "report", resnet / "report")
+
+
+def test_the_numbers_on_the_page_are_numpys(resnet: Path) -> None:
+    page = _page(resnet)
+    for name in ("layer1", "fc"):
+        array = np.load(resnet / f"{name}.npy").astype(np.float64)
+        cells = page.stats[_section(page, name)]
+        got = {k: json.loads(v) for k, (v, _) in cells.items()}
+        assert got["min"] == float(array.min()) and got["max"] == float(array.max())
+        assert math.isclose(got["mean"], float(array.mean()), rel_tol=1e-9)
+        assert math.isclose(got["std"], float(array.std()), rel_tol=1e-9)
+        assert math.isclose(got["zeros"], float(np.mean(array == 0)), rel_tol=1e-12)
+        assert got["nan"] == 0 and got["inf"] == 0 and "bad" not in cells["nan"][1]
+        assert f"{got['max']:.4g}" in page.text[_section(page, name)]  # shown rounded
+
+
+def test_vit_grad_and_attention_and_json(cli, tmp_path: Path) -> None:
+    out = tmp_path / "vit"
+    args = ("-m", "vit_tiny_patch16_224", "-l", "blocks.0.attn", "--attention", "--grad", "--sample")
+    assert cli("capture", *args, "-o", out).exit_code == 0
+    result = cli("report", out, "--json", "--max-channels", "4")
+    assert result.exit_code == 0, result.stderr
+    written = json.loads(result.stdout)
+    kinds = {s["name"]: s["kind"] for s in written["sections"]}
+    assert kinds == {"blocks.0.attn": "output", "blocks.0.attn.grad": "grad", "blocks.0.attn.attn": "attn"}
+    assert written["path"] == str(out / "index.html") and len(written["pictures"]) == 3
+    assert all(Path(p).is_file() and Path(p).parent == out / "report" for p in written["pictures"])
+    page = _check_links(out)
+    for section in written["sections"]:
+        assert section["layer"] in page.text[_section(page, section["name"])]
+        assert section["picture"] == page.images[_section(page, section["name"])][0]
+    with Image.open(out / "report" / "blocks.0.attn.png") as image:  # 4 channels of 14x14 tokens: 2 x 2
+        assert image.size[0] < 300
+    grad = json.loads((out / "manifest.json").read_text())["grad"]
+    assert f"grad classes{grad['classes'][0]}" in page.text["provenance"]  # th then td
+
+
+def test_nan_and_inf_are_highlighted(cli, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    net = ("--import", PLUGINS / "nonfinite_plugin.py", "-m", "nonfinite_net", "--input-size", "3,16,16")
+    assert cli("capture", *net, "-l", "spoil", "-l", "head", "--random-input", "-o", out).exit_code == 0
+    assert cli("report", out).exit_code == 0
+    page = _check_links(out)
+    spoil = page.stats[_section(page, "spoil")]
+    assert json.loads(spoil["nan"][0]) == 3 and "bad" in spoil["nan"][1] and "bad" in spoil["inf"][1]
+    assert "bad" not in page.stats[_section(page, "head")]["nan"][1]
+    assert "NaN/Inf" in page.text[_section(page, "spoil")] and "random" in page.text["inputs"]
+
+
+def test_rerun_replaces_the_report_through_the_console_script(cli, resnet: Path) -> None:
+    (resnet / "report" / "stale.png").write_bytes(b"old")
+    proc = subprocess.run([EXE, "report", str(resnet), "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["pictures"] == [str(resnet / "report" / "layer1.png")]
+    assert not (resnet / "report" / "stale.png").exists()
+    assert not [p for p in resnet.iterdir() if p.name.startswith(".")]  # no scratch left behind
+    _check_links(resnet)
+    stats = cli("stats", resnet)
+    assert stats.exit_code == 0 and "layer1" in stats.stdout
+
+
+def test_refuses_what_is_not_a_finished_capture(cli, resnet: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = cli("report", empty)
+    assert result.exit_code == 4 and "no manifest.json" in result.stderr
+    assert not (empty / "index.html").exists()
+    # a real interrupted capture: refused with the fix
+    out = tmp_path / "stopped"
+    run = _start(["capture", *SLOW, str(_photos(tmp_path / "photos", 4)), "-o", str(out)])
+    _wait_for(".hookdump-partial/progress.json", out, run)
+    run.send_signal(signal.SIGINT)
+    assert run.wait(timeout=60) == 130
+    result = cli("report", out, "--json")
+    assert result.exit_code == 4 and "--resume" in result.stderr
+    assert json.loads(result.stdout)["kind"] == "input" and not (out / "index.html").exists()
+    # an interrupted rerun beside a finished capture: the finished one is reported, under a banner
+    finished = shutil.copytree(resnet, tmp_path / "finished")
+    shutil.copytree(out / ".hookdump-partial", finished / ".hookdump-partial")
+    result = cli("report", finished)
+    assert result.exit_code == 0, result.stderr
+    assert "interrupted capture waits" in result.stderr
+    assert "interrupted capture waits" in (finished / "index.html").read_text()
+
+
+def _shows(shot: np.ndarray, picture: np.ndarray, tolerance: int = 8) -> bool:
+    """Whether ``picture`` (its top 40 rows) appears in ``shot`` pixel for pixel, give or take colour
+    management: a few sample points pick the candidates, the whole patch decides."""
+    patch = picture[:40].astype(int)
+    h, w = patch.shape[:2]
+    ys, xs = np.mgrid[: shot.shape[0] - h + 1, : shot.shape[1] - w + 1].reshape(2, -1)
+    for py, px in ((0, 0), (h - 1, w - 1), (h // 2, w // 2), (h // 3, w // 5), (0, w - 1)):
+        near = (np.abs(shot[ys + py, xs + px] - patch[py, px]) <= tolerance).all(-1)
+        ys, xs = ys[near], xs[near]
+    return any(
+        np.abs(shot[y : y + h, x : x + w] - patch).max() <= tolerance for y, x in zip(ys, xs, strict=True)
+    )
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed (Debian: chromium)")
+def test_a_look_in_chromium(resnet: Path, tmp_path: Path) -> None:
+    chromium = str(shutil.which("chromium"))
+    shot = tmp_path / "page.png"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+    proc = subprocess.run(
+        [chromium, *flags, f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
+         "--window-size=1280,2000", (resnet / "index.html").as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0 and shot.is_file(), proc.stderr[-2000:]
+    with Image.open(shot) as image:
+        assert image.size == (1280, 2000)
+        pixels = np.asarray(image.convert("RGB")).astype(int)
+    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 1000  # text, photos, pictures: not a blank page
+    with Image.open(resnet / "report" / "layer1.png") as picture:  # the channel grid is on screen, whole
+        assert _shows(pixels, np.asarray(picture.convert("RGB")))
