@@ -268,19 +268,7 @@ def capture(
         result = _capture_on_ranks(found, list(layer_specs), started)
     else:
         result = capturing.run(found, list(layer_specs), started, on_batch)
-    if found.options.png and parallel.world()[0] == 0:
-        from .viz import capture_pictures
-
-        shown = capture_pictures(result.out, _first_photo(result.inputs))
-        result.pictures = [r.path for r in shown.rendered]
-        result.notes += shown.notes
     return result
-
-
-def _first_photo(records: list[dict[str, Any]]) -> Path | None:
-    """The first input, when it is a photo still on disk (not ``--random-input``)."""
-    path = records[0].get("path") if records else None
-    return Path(path) if path and Path(path).is_file() else None
 
 
 def _capture_on_ranks(found: CapturePlan, layer_specs: list[str], started: float) -> CaptureResult:
@@ -307,6 +295,10 @@ def _capture_on_ranks(found: CapturePlan, layer_specs: list[str], started: float
     )  # fmt: skip
 
 
+#: The largest --batch-size taken: far beyond any memory, below the sizes Python's own indexing refuses.
+MAX_BATCH = 1 << 20
+
+
 def _check_options(opts: CaptureOptions) -> None:
     """Every option on its own and against the others, and the output folder, before any work."""
     check_choice("--what", opts.what, ("output", "input", "both"))
@@ -317,6 +309,11 @@ def _check_options(opts: CaptureOptions) -> None:
     )
     if opts.batch_size < 1:
         raise UsageError(f"--batch-size {opts.batch_size} is not positive.", "Use 1 or more.")
+    if opts.batch_size > MAX_BATCH:
+        raise UsageError(
+            f"--batch-size {opts.batch_size} is more images than one forward pass can hold.",
+            f"Use at most {MAX_BATCH} (a few dozen is usual; out of memory says to use fewer).",
+        )
     if opts.workers is not None and opts.workers < 0:
         raise UsageError(f"--workers {opts.workers} is negative.", "Use 0 (decode in process) or more.")
     if opts.workers is not None and opts.workers > (most := max(64, 4 * (os.cpu_count() or 1))):

@@ -33,7 +33,7 @@ def head_overlays(
     return image, placed, columns, tile, top, notes
 
 
-def rollout_of(tensors: list[Loaded], index: int) -> tuple[Array, str, list[str]]:
+def rollout_of(tensors: list[Loaded], index: int) -> tuple[Array, str, list[Loaded]]:
     """The rollout map ``(h, w)`` of image ``index`` through every attention tensor in ``tensors`` (in
     their layers' order, numbers compared as numbers), what it is in words, and the layers used."""
     attention = sorted((t for t in tensors if t.layout == "attn"), key=lambda t: _natural(t.stem))
@@ -44,7 +44,7 @@ def rollout_of(tensors: list[Loaded], index: int) -> tuple[Array, str, list[str]
         )
     for tensor in attention:
         shape = tuple(int(n) for n in tensor.array.shape)
-        check_global(shape, len((tensor.manifest or {}).get("inputs") or []) or None)
+        check_global(shape, tensor.images)
         check_index(shape, index)
     prefix, cls = attention[0].prefix_tokens or 0, attention[0].class_token
     layers = [tensor.image(index).astype(np.float64) for tensor in attention]
@@ -52,7 +52,7 @@ def rollout_of(tensors: list[Loaded], index: int) -> tuple[Array, str, list[str]
     token = "the class token's" if cls else "the patches' mean"
     names = attention[0].stem + (f" ... {attention[-1].stem}" if len(attention) > 1 else "")
     how = f"attention rollout through {len(layers)} block(s) ({names}), {token} row over the patches"
-    return result, how, [t.stem for t in attention]
+    return result, how, attention
 
 
 def _natural(text: str) -> list[str | int]:

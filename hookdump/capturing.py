@@ -38,7 +38,7 @@ def run(
     options_record = manifest.options_record(source, list(layer_specs), spec, opts)
     input_list = [str(p) for p in found.paths]
     with sinks.Writer(
-        opts.out, opts.formats, opts.save_dtype, opts.overwrite, opts.resume, shard_bytes
+        opts.out, opts.formats, opts.save_dtype, opts.overwrite, opts.resume, shard_bytes, found.total_bytes
     ) as writer:
         net, weight_notes = found.load()
         net.to(torch_device)
@@ -63,17 +63,20 @@ def run(
             state.advance(batch, classes)
             behind.put((tensors, state.progress(len(input_list), recorder), classes, state.images))
 
+        def stopped(exc: KeyboardInterrupt) -> Interrupted:
+            """Keep what reached the disk (its last checkpoint), say so in the folder and to the user."""
+            code = exc.exit_code if isinstance(exc, Interrupted) else 130
+            total = len(found.paths) or 1
+            writer.suspend(manifest.incomplete(options_record, writer.images_done, total))
+            return Interrupted(code, _interrupted_text(opts.out, writer.images_done, total, writer))
+
         batches = _batches(found, state.batches)
         try:
             forward_all(net, recorder, batches, run, name.requested, sink)
             behind.close()
         except KeyboardInterrupt as exc:
             behind.close(errors=False)  # the batches already computed still reach the disk
-            code = exc.exit_code if isinstance(exc, Interrupted) else 130
-            writer.suspend(manifest.incomplete(options_record, state.images, len(found.paths) or 1))
-            raise Interrupted(
-                code, _interrupted_text(opts.out, state.images, len(found.paths) or 1, writer)
-            ) from None
+            raise stopped(exc) from None
         finally:
             behind.close(errors=False)
         results = recorder.entries()
@@ -104,7 +107,12 @@ def run(
             extra["shard"] = found.shard
         header = manifest.header(spec, name, str(torch_device), found.config, records, options_record, extra)
         header["model"] |= {"num_prefix_tokens": found.prefix_tokens, "class_token": found.class_token}
-        saved = writer.commit(results, header)
+        try:
+            saved = writer.commit(results, header)
+        except KeyboardInterrupt as exc:  # while .pt / .safetensors were made: every batch is on disk
+            if writer.committed:
+                raise
+            raise stopped(exc) from None
     return CaptureResult(
         out=opts.out,
         manifest=opts.out / manifest.MANIFEST,

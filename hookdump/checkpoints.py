@@ -47,14 +47,35 @@ def blocked_global(exc: BaseException) -> str | None:
     return None
 
 
+def _reason(exc: BaseException) -> str:
+    """torch's reason for not reading a file, without its advice to retry with ``weights_only=False``: the
+    unpickler's own line (``Unsupported operand 103``), else the first sentence."""
+    text = str(exc).strip()
+    _, found, after = text.partition("WeightsUnpickler error:")
+    lines = [line.strip() for line in after.splitlines() if line.strip()] if found else []
+    return lines[0] if lines else (text.splitlines() or [""])[0].split(". ")[0]
+
+
+def tensor_refusal(path: Path, exc: BaseException, hint: str) -> InputError:
+    """Why a ``.pt`` file of a tensor was not read (``show``, ``hookdump.open``): a global that could run
+    code, named; else torch's reason."""
+    found = re.search(r"GLOBAL ([\w.]+)", blocked_global(exc) or "")
+    if found is not None:
+        return InputError(
+            f"`{path}` holds `{found[1]}`, which torch.load(weights_only=True) refuses to unpickle (it could"
+            " run code); hookdump never unpickles code.",
+            hint,
+        )
+    return InputError(f"`{path}` is not a tensor file torch.load can read: {_reason(exc)}", hint)
+
+
 def refusal(path: Path, exc: BaseException) -> InputError:
     """Why ``torch_load`` refused ``path``: a pickled model, something that could run code, a broken file."""
     line = blocked_global(exc)
     found = re.search(r"GLOBAL ([\w.]+)", line or "")
     if found is None:
-        first = (str(exc).strip().splitlines() or [""])[0]
         return InputError(
-            f"Checkpoint `{path}` is not a file torch.load can read: {type(exc).__name__}: {first}",
+            f"Checkpoint `{path}` is not a file torch.load can read: {type(exc).__name__}: {_reason(exc)}",
             "Check that the file is complete (not a failed download); hookdump reads state dicts saved"
             " with torch.save(model.state_dict(), path), or .safetensors files.",
         )

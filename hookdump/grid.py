@@ -177,8 +177,9 @@ def sheet(
     picture = Image.fromarray(image)
     font = ImageFont.load_default_imagefont()
     pen = ImageDraw.Draw(picture)
-    for i, line in enumerate(lines):
-        pen.text((PADDING, PADDING + i * LINE), line, fill=TEXT, font=font)
+    for i, line in enumerate(lines):  # the bitmap font has Latin-1 only: other characters are drawn as `?`
+        shown = line.encode("latin-1", "replace").decode("latin-1")
+        pen.text((PADDING, PADDING + i * LINE), shown, fill=TEXT, font=font)
     for spot in placed:
         label = Image.new("RGB", (tw, LABEL), SEPARATOR)
         ImageDraw.Draw(label).text((1, 0), str(spot.channel), fill=TEXT, font=font)

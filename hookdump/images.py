@@ -42,6 +42,8 @@ def _opened(path: Path, name: str, missing: str) -> Iterator[PILImage]:
         )
     if not path.is_file():
         raise InputError(f"{name} does not exist.", missing)
+    if path.stat().st_size == 0:
+        raise InputError(f"{name} is empty (0 bytes): not an image.", _SKIP)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -70,7 +72,13 @@ def _unreadable(name: str, exc: BaseException) -> InputError:
             "If the image is genuine, downscale it first (the model sees it at its input size anyway);"
             " else leave it out (--skip-bad records it and goes on).",
         )
-    return InputError(f"{name} is not an image hookdump can read: {exc}", "Pass JPEG, PNG, ... files.")
+    return InputError(f"{name} is not an image hookdump can read: {exc}", _SKIP)
+
+
+_SKIP = (
+    "Pass JPEG, PNG, ... files (a cut-short download or copy: fetch it again), or leave it out (--skip-bad"
+    " records it and goes on)."
+)
 
 
 # Pillow's convert() is right for 8-bit modes (P, LA, CMYK, RGBA, L, 1) but clips 16-bit and float grayscale

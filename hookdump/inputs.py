@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import hashlib
 import os
 from dataclasses import dataclass
 from importlib import resources
@@ -13,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .digest import sha256
 from .errors import InputError, UsageError
 from .images import check_image, describe
 
@@ -102,6 +102,11 @@ def _expand(text: str, skip: frozenset[Path]) -> list[Path]:
         return images
     if path.exists():
         return [path]
+    if path.is_symlink():
+        raise InputError(
+            f"Input `{text}` is a symbolic link that leads nowhere (a loop, or its target is gone).",
+            "Point the link at an image file, or pass the file itself.",
+        )
     if set(text) & set("*?["):
         matches = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
         if not matches:
@@ -203,14 +208,6 @@ def random_batch(config: dict[str, Any], seed: int) -> torch.Tensor:
     """One seeded standard-normal input of the model's input size."""
     generator = torch.Generator().manual_seed(seed)
     return torch.randn((1, *config["input_size"]), generator=generator)
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def records(paths: list[Path], source: InputSpec, config: dict[str, Any]) -> list[dict[str, Any]]:

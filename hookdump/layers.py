@@ -4,6 +4,7 @@ that fire."""
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 
 from . import featlevels
@@ -29,8 +30,9 @@ def normalize(spec: str) -> str:
     return path[len("model.") :] if path.startswith("model.") else path
 
 
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """A glob where ``*`` matches within one dotted segment and ``**`` across segments."""
+def glob_regex(pattern: str, spec: str | None = None) -> re.Pattern[str]:
+    """A glob where ``*`` matches within one dotted segment and ``**`` across segments; errors name ``spec``
+    (what the user wrote) when given."""
     out = []
     i = 0
     while i < len(pattern):
@@ -46,21 +48,37 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
         elif char == "[":
             end = pattern.find("]", i)
             if end == -1:
-                raise UsageError(f"Layer pattern `{pattern}` has an unclosed `[`.", "Close it, or escape it.")
+                raise UsageError(
+                    f"Layer pattern `{spec or pattern}` has an unclosed `[`.",
+                    "Close it (`layer[1-3]`), or write the pattern as a regular expression (re:...).",
+                )
             out.append(pattern[i : end + 1])
             i = end + 1
             continue
         else:
             out.append(re.escape(char))
         i += 1
-    return re.compile("".join(out))
+    try:
+        return _compile("".join(out))
+    except re.error as exc:  # a `[...]` class regex refuses: `[]`, `[z-a]`, `[\]`
+        raise UsageError(
+            f"Layer pattern `{spec or pattern}` is not a valid glob: {exc}.",
+            "Fix its `[...]` part (a set of characters, e.g. `layer[1-3]`), or leave the brackets out.",
+        ) from None
+
+
+def _compile(regex: str) -> re.Pattern[str]:
+    """``re.compile`` without the FutureWarning that `[[` raises (printed on stderr with a source line)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return re.compile(regex)
 
 
 def match(spec: str, names: list[str]) -> list[str] | None:
     """Names a pattern spec matches; None when ``spec`` is a plain path, not a pattern."""
     if spec.startswith("re:"):
         try:
-            regex = re.compile(spec[3:])
+            regex = _compile(spec[3:])
         except re.error as exc:
             raise UsageError(
                 f"Bad regular expression in `{spec}`: {exc}.", "Fix the pattern after `re:`."
@@ -69,7 +87,7 @@ def match(spec: str, names: list[str]) -> list[str] | None:
     path = normalize(spec)
     if not _GLOB_CHARS & set(path):
         return None
-    regex = glob_regex(path)
+    regex = glob_regex(path, spec)
     return [n for n in names if regex.fullmatch(n)]
 
 
@@ -101,7 +119,9 @@ def call_out_of_range(path: str, call: int, calls: int) -> LayerError:
     """``LAYER@k`` with k at or beyond the number of times the module runs per forward."""
     return LayerError(
         f"`{path}@{call}` asks for call {call}, but {path} runs {calls} time(s) per forward pass.",
-        f"Calls are counted from 0: use {path}@0 ... {path}@{calls - 1}.",
+        f"Calls are counted from 0: use {path}@0 ... {path}@{calls - 1}."
+        if calls > 1
+        else f"It runs once: use {path} (or {path}@0).",
     )
 
 

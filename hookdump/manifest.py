@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 import platform
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
+from .errors import InputError
 from .modelargs import format_model_args
 
 if TYPE_CHECKING:  # kept out at run time: reading a capture back (reader.py) needs no torch
@@ -19,11 +22,41 @@ MANIFEST = "manifest.json"
 SCHEMA_VERSION = 2
 
 
+def inside(folder: Path, name: object, listed_in: str = MANIFEST) -> Path:
+    """``folder / name`` for a file name that ``listed_in`` (manifest.json, progress.json) gives; an
+    InputError when the name would lead out of ``folder`` (a `/`, `..`, an absolute path, NUL): hookdump
+    reads and writes only inside the folder it was given, whatever a hand-edited file says."""
+    text = str(name)
+    if text in ("", ".", "..") or "/" in text or "\0" in text:
+        raise InputError(
+            f"`{folder / listed_in}` lists the file `{text}`, which is not a file in `{folder}`: hookdump"
+            " reads and writes only inside that folder.",
+            "The file was edited or damaged: capture again (hookdump capture ... --overwrite).",
+        )
+    return folder / text
+
+
 def entry_stem(entry: dict[str, Any]) -> str:
     """A ``tensors`` entry's tensor name: the safetensors key, else the file name without its suffix."""
     if entry.get("format") == "safetensors":
         return str(entry["key"])
     return str(entry["file"]).removesuffix("." + str(entry["format"]))
+
+
+#: The name ``show --rollout`` gives its picture in a capture folder (``picture_name(ROLLOUT, ...)``).
+ROLLOUT = "rollout"
+
+
+def picture_name(stem: str, image: int | None = None, suffix: str = "") -> str:
+    """The PNG ``show`` draws of tensor ``stem`` (``/`` in a safetensors key becomes ``_``): image ``image``
+    of the batch when given (``.img<i>``), ``suffix`` ``.overlay`` / ``.gradcam`` for a heat map."""
+    return f"{stem.replace('/', '_')}{'' if image is None else f'.img{image}'}{suffix}.png"
+
+
+def is_picture_of(name: str, stem: str) -> bool:
+    """Whether a file ``name`` is one of the PNGs :func:`picture_name` gives tensor ``stem``."""
+    own = re.escape(stem.replace("/", "_"))
+    return re.fullmatch(rf"{own}(\.img\d+)?(\.overlay|\.gradcam)?\.png", name) is not None
 
 
 def options_record(
@@ -82,7 +115,7 @@ def header(
     import timm
     import torch
 
-    from .inputs import sha256
+    from .digest import sha256
 
     checkpoint = spec.checkpoint
     return {

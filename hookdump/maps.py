@@ -73,7 +73,7 @@ def _attention(loaded: Loaded, shape: tuple[int, ...], index: int) -> Maps:
     """Attention weights ``(N, heads, L, S)`` -> one map per head over the patch grid (:mod:`attnmaps`)."""
     from .attnmaps import check_global, head_maps
 
-    check_global(shape, len((loaded.manifest or {}).get("inputs") or []) or None)
+    check_global(shape, loaded.images)
     check_index(shape, index)
     prefix = loaded.prefix_tokens or 0
     maps = head_maps(loaded.image(index), prefix, loaded.class_token).astype(np.float32)
@@ -90,7 +90,7 @@ def _tokens(item: Array, shape: tuple[int, ...], prefix: int | None) -> Maps:
     tokens, channels = shape[1], shape[2]
     for drop in (prefix, 0) if prefix is not None else (0, 1):
         side = math.isqrt(max(tokens - drop, 0))
-        if drop is not None and tokens > drop and side * side == tokens - drop:
+        if tokens > drop and side * side == tokens - drop:
             maps = np.ascontiguousarray(item[drop:].T).reshape(channels, side, side)
             if drop and prefix is not None:
                 why = f" (first {drop} token(s) dropped: the prefix tokens the capture recorded)"

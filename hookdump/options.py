@@ -25,7 +25,6 @@ class CaptureOptions:
         resume: continue the interrupted capture in ``out`` (same options, same inputs).
         shard: ``I/N``: capture only shard I of N of the inputs (whole batches), for ``hookdump merge``.
         attention: turn timm's fused attention off and save each attention module's weights as ``.attn``.
-        png: draw each captured tensor's grid of the first image beside it (``viz.capture_pictures``).
     """
 
     out: Path = Path("hookdump-out")
@@ -47,4 +46,3 @@ class CaptureOptions:
     resume: bool = False
     shard: str | None = None
     attention: bool = False
-    png: bool = False

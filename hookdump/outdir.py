@@ -43,6 +43,12 @@ def check(out: Path, overwrite: bool, resume: bool) -> None:
     capture (without ``--overwrite``), an interrupted one (without ``--resume`` or ``--overwrite``)."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out `{out}` is a file, not a folder.", "Choose another --out.")
+    for i, part in enumerate(out.parts):  # `new/..`: making the folder would make `new` too, inside it
+        if part == ".." and not Path(*out.parts[:i]).exists():
+            raise UsageError(
+                f"--out `{out}` steps back (`..`) out of `{Path(*out.parts[:i])}`, which does not exist.",
+                f"Give the folder without the detour: --out {os.path.normpath(out)}",
+            )
     parent = next(p for p in [out, *out.absolute().parents] if p.exists())
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         raise UsageError(
@@ -112,14 +118,36 @@ def check_same_run(progress: dict[str, Any], options: dict[str, Any], inputs: li
         )
 
 
+#: The longest layer name a file may carry: file systems allow 255 bytes, and hookdump adds suffixes
+#: (``@12``, ``.out3``, ``.grad``, ``.png``...) to it.
+MAX_NAME_BYTES = 200
+
+
 def check_file_names(layers: list[str], formats: tuple[str, ...]) -> None:
-    """Refuse, before any work, a layer whose name cannot be a file name (a ``/`` in a plugin's module name):
-    ``.npy`` and ``.pt`` files are named after the layer."""
+    """Refuse, before any work, a layer whose name cannot be a file name in ``--out``: ``.npy`` and ``.pt``
+    files are named after the layer, so a plugin's module name with a `/` (or NUL), one too long, or two
+    equal but for case (one file on macOS and Windows) would write elsewhere, fail, or collide."""
     files = [f for f in formats if f != "safetensors"]
-    bad = [name for name in layers if "/" in name or "\0" in name]
-    if files and bad:
-        raise InputError(
-            f"Layer `{bad[0]}` has a `/` in its name, so it cannot name a .{files[0]} file.",
-            "Use --format safetensors (its keys may hold `/`), or rename the module in the model's code"
-            " (add_module names without `/`).",
-        )
+    if not files:
+        return
+    fix = "Use --format safetensors (its keys may be any string), or rename the module in the model's code."
+    folded: dict[str, str] = {}
+    for name in layers:
+        if "/" in name or "\0" in name:
+            what = "a `/`" if "/" in name else "a NUL character"
+            raise InputError(
+                f"Layer `{name}` has {what} in its name, so it cannot name a .{files[0]} file.", fix
+            )
+        if len(name.encode()) > MAX_NAME_BYTES:
+            raise InputError(
+                f"Layer `{name[:40]}...` has a name of {len(name.encode())} bytes, too long for a .{files[0]}"
+                f" file name (at most {MAX_NAME_BYTES}).",
+                fix,
+            )
+        other = folded.setdefault(name.casefold(), name)
+        if other != name:
+            raise InputError(
+                f"Layers `{other}` and `{name}` differ only in case: their .{files[0]} files would be one"
+                " file on a case-insensitive file system (macOS, Windows).",
+                "Use --format safetensors (its keys keep case), or capture them in separate runs.",
+            )

@@ -8,7 +8,6 @@ min-max scaled, resized bilinearly, coloured (inferno, or grey) and blended with
 
 from __future__ import annotations
 
-import hashlib
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .colormap import paint
+from .digest import sha256
 from .maps import describe_nonfinite, to_unit
 
 if TYPE_CHECKING:
@@ -81,7 +81,6 @@ def photo_notes(loaded: Loaded, photo: Path, index: int) -> list[str]:
     inputs = (loaded.manifest or {}).get("inputs") or []
     if index >= len(inputs) or not isinstance(inputs[index], dict) or "sha256" not in inputs[index]:
         return []
-    with photo.open("rb") as handle:
-        if hashlib.file_digest(handle, "sha256").hexdigest() == inputs[index]["sha256"]:
-            return []
+    if sha256(photo) == inputs[index]["sha256"]:
+        return []
     return [f"`{photo}` is not the image {index} of this capture (`{inputs[index].get('path')}`)."]

@@ -38,6 +38,10 @@ class Style:
         if self.gradcam and self.rollout:
             raise UsageError("--gradcam and --rollout are two different pictures.", "Give one of them.")
 
+    def colours(self, heat: bool) -> str:
+        """The colour map: grey with ``--grey``, else inferno for heat maps and viridis for grids."""
+        return "grey" if self.grey else "inferno" if heat else "viridis"
+
     @property
     def suffix(self) -> str:
         return ".gradcam" if self.gradcam else ".overlay" if self.photo is not None else ""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 
 from .errors import InputError, did_you_mean
-from .manifest import MANIFEST, entry_stem
+from .manifest import MANIFEST, entry_stem, inside
 
 if TYPE_CHECKING:
     import torch
@@ -50,7 +50,7 @@ class Capture(Mapping[str, Array]):
         self.inputs: list[dict[str, Any]] = list(self.manifest.get("inputs") or [])
         listed = [e for e in self.manifest.get("tensors") or [] if isinstance(e, dict)]
         for entry in listed:
-            file = self.path / str(entry.get("file"))
+            file = inside(self.path, entry.get("file"))
             if not file.is_file():
                 raise InputError(f"`{file}` is listed in {MANIFEST} but missing.", _REDO)
         chosen: dict[str, dict[str, Any]] = {}
@@ -193,10 +193,12 @@ def _load_pt(file: Path, shape: tuple[int, ...]) -> Array:
     """A ``.pt`` tensor memory-mapped by torch; a numpy view unless it is bfloat16."""
     import torch
 
+    from .checkpoints import tensor_refusal
+
     try:
         tensor = torch.load(file, mmap=True, weights_only=True, map_location="cpu")
     except Exception as exc:  # unpickling raises many kinds
-        raise InputError(f"`{file}` is not a tensor file torch.load can read: {exc}", _REDO) from exc
+        raise tensor_refusal(file, exc, _REDO) from exc
     if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != shape:
         raise InputError(f"`{file}` does not hold the {list(shape)} tensor {MANIFEST} lists.", _REDO)
     if tensor.dtype == torch.bfloat16:

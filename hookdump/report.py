@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError, UsageError
+from .failures import from_environment
 from .lock import check_free
-from .manifest import MANIFEST, entry_stem
+from .manifest import MANIFEST, entry_stem, picture_name
 from .outdir import REPORT_FOLDER, REPORT_PAGE, SCRATCH, progress_text, read_manifest, read_progress
 
 INDEX, FOLDER = REPORT_PAGE, REPORT_FOLDER
@@ -129,12 +130,12 @@ def build(out: Path, *, max_channels: int = 64) -> Report:
                 f"{len(missing)} input photo(s) are no longer where the capture read them: no thumbnail"
             )
         report = Report(out / INDEX, out / FOLDER, sections, inputs, banner, notes + [banner] * bool(banner))
-        from .inputs import sha256
+        from .digest import sha256
         from .page import html
 
         _swap(out, scratch, html(report, manifest, _when(out), sha256(out / MANIFEST)))
     except OSError as exc:
-        raise UsageError(
+        raise from_environment(exc) or UsageError(
             f"Cannot write the report into `{out}`: {exc}",
             "Make the folder writable, or copy the capture elsewhere (cp -r) and report there.",
         ) from exc
@@ -190,9 +191,11 @@ def _draw(out: Path, section: Section, scratch: Path, max_channels: int) -> list
     if not section.shape or section.shape[0] == 0:
         section.no_picture = "The tensor holds no image."
         return []
-    name = section.name.replace("/", "_") + ".png"
+    name = picture_name(section.name)
     try:
-        rendered = viz.show(out, key=section.name, output=scratch / name, max_channels=max_channels)
+        file = out / section.files[0]  # the file itself: no capture folder read again for each tensor
+        key = section.name if file.suffix == ".safetensors" else None
+        rendered = viz.show(file, key=key, output=scratch / name, max_channels=max_channels)
     except InputError as exc:  # a vector, a shape with no map: said on the page
         section.no_picture = exc.message
         return []
@@ -224,8 +227,8 @@ def _inputs(manifest: dict[str, Any], folder: Path) -> list[InputRow]:
 
 def _thumbnail(row: InputRow, path: Path, folder: Path) -> None:
     """A JPEG thumbnail of the photo, when it is still there and still the same bytes."""
+    from .digest import sha256
     from .images import open_image
-    from .inputs import sha256
 
     if not path.is_file():
         row.no_thumbnail = f"not found at {path}"
@@ -253,7 +256,7 @@ def _swap(out: Path, scratch: Path, page: str) -> None:
         )
     tmp = out / f".{INDEX}.{os.getpid()}.tmp"
     try:
-        tmp.write_text(page, encoding="utf-8")
+        tmp.write_text(page, encoding="utf-8", errors="replace")  # a file name that is not UTF-8: `?`
         if target.exists():
             os.rename(target, old)
         try:

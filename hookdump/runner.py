@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import UsageError
+from .failures import from_environment
 from .loader import Batch
 from .recorder import Recorder
 from .records import Key
@@ -62,7 +64,17 @@ def forward_all(
                 x = batch.tensor.to(run.device, non_blocking=True)
                 if run.channels_last and x.dim() == 4:
                     x = x.contiguous(memory_format=torch.channels_last)
-                classes = recorder.run(x.requires_grad_(run.grad), label, run.target)
+                try:
+                    classes = recorder.run(x.requires_grad_(run.grad), label, run.target)
+                except RuntimeError as exc:  # e.g. `.view()` of a conv's output, which channels_last breaks
+                    if not run.channels_last or from_environment(exc) is not None:
+                        raise
+                    raise UsageError(
+                        f"The forward pass of {label} failed with --channels-last: {type(exc).__name__}:"
+                        f" {(str(exc).strip().splitlines() or [''])[0]}",
+                        "Some model code needs channels-first tensors: drop --channels-last. (If the error"
+                        " stays, it is the model's own; HOOKDUMP_DEBUG=1 shows the traceback.)",
+                    ) from exc
                 sink(recorder.drain(), batch, classes)
     finally:
         net.train(was_training)

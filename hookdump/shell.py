@@ -5,6 +5,7 @@ No torch import here: ``--help`` stays instant."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import sys
@@ -29,8 +30,8 @@ from .errors import (
     Interrupted,
     LayerError,
     UsageError,
-    from_environment,
 )
+from .failures import from_environment
 
 #: The error object's keys and their version (README: "JSON output").
 ERROR_SCHEMA_VERSION = 1
@@ -175,6 +176,10 @@ class Group(TyperGroup):
         _JsonMode.on = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
         _JsonMode.command = argv[0] if argv and argv[0] in self.commands else ""
         kwargs["standalone_mode"] = False
+        # a name the terminal cannot encode (a file name that is not UTF-8) is printed escaped, not a crash
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+                stream.reconfigure(errors="backslashreplace")
         try:
             code = super().main(argv, *pos, **kwargs)
         except Exception as exc:

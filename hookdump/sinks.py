@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import glob
 import json
 import os
-import re
 import shutil
+import signal
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,14 +16,15 @@ from typing import Any
 import torch
 
 from . import outdir
-from .errors import DISK_FULL, UsageError, check_choice, disk_full
+from .errors import Interrupted, UsageError, check_choice
+from .failures import DISK_FULL, disk_full
 from .formats import SAFETENSORS_FILE, SAFETENSORS_INDEX, write_pt, write_safetensors
 from .lock import OutputLock
-from .manifest import MANIFEST, entry_stem
+from .manifest import MANIFEST, ROLLOUT, entry_stem, is_picture_of
 from .outdir import CLASSES, PROGRESS, REPORT_FOLDER, REPORT_PAGE, RUN, SCRATCH
 from .records import Captured, Key, key_from_json
 from .stats import Accumulator, nonfinite_notes
-from .stream import NpyStream
+from .stream import HEADER_BYTES, NpyStream
 
 FORMATS = ("npy", "pt", "safetensors")
 SAVE_DTYPES = ("float32", "float16", "bfloat16", "keep")
@@ -106,8 +108,10 @@ class Writer:
         overwrite: bool = False,
         resume: bool = False,
         shard_bytes: int | None = None,
+        needed: int | None = None,
     ) -> None:
         self.out = out
+        self.needed = needed  # bytes the capture writes in all (``budget.total``), for a full disk's message
         self.formats = formats
         self.save_dtype = save_dtype
         self.overwrite = overwrite
@@ -119,6 +123,8 @@ class Writer:
         self.stats: dict[Key, Accumulator | None] = {}  # None: resumed from a run that kept none
         self.notes: list[str] = []
         self.resumed: dict[str, Any] | None = None  # the progress continued from, with --resume
+        self.images_done = 0  # images the last checkpoint covers (what an interrupted run keeps)
+        self.committed = False  # the files and the manifest are in place
         self._keep_scratch = False
 
     def __enter__(self) -> Writer:
@@ -152,11 +158,14 @@ class Writer:
             )
 
     def _reopen(self) -> None:
+        self._keep_scratch = True  # the interrupted run's: kept, whatever fails here
         self.resumed = outdir.read_progress(self.out)
         assert self.resumed is not None, "outdir.check makes sure"
+        self.images_done = int(self.resumed.get("images", 0))
         lines = (self.scratch / CLASSES).read_text().splitlines() if (self.scratch / CLASSES).exists() else []
         kept = lines[: self.resumed["batches"]]  # a batch whose classes were written, not checkpointed: again
-        (self.scratch / CLASSES).write_text("".join(f"{line}\n" for line in kept))
+        if lines:
+            (self.scratch / CLASSES).write_text("".join(f"{line}\n" for line in kept))
         self.resumed["classes"] = [int(c) for line in kept for c in line.split()]
         for state in self.resumed["streams"]:
             key = key_from_json(state["key"])
@@ -164,7 +173,6 @@ class Writer:
             self.source_dtypes[key] = getattr(torch, state["source_dtype"])
             kept = state.get("stats")
             self.stats[key] = Accumulator.from_state(kept) if isinstance(kept, dict) else None
-        self._keep_scratch = True
 
     def __exit__(self, *exc: object) -> None:
         for stream in self.streams.values():
@@ -180,7 +188,17 @@ class Writer:
             kept = (
                 "Rerun with --resume once there is room." if self._keep_scratch else "Nothing of it was kept."
             )
-            raise disk_full(f"the capture into `{self.out}`", kept) from error
+            raise disk_full(f"the capture into `{self.out}`", kept, self._on_disk()) from error
+
+    def _on_disk(self) -> int | None:
+        """About what the capture takes on disk: its tensors' bytes, and each file's header and last block."""
+        if self.needed is None:
+            return None
+        try:
+            block = os.statvfs(self.out).f_frsize
+        except OSError:
+            block = 4096
+        return self.needed + max(len(self.streams), 1) * len(self.formats) * (HEADER_BYTES + block)
 
     def start(self, run: dict[str, Any]) -> None:
         """What stays the same for the whole run (options, the inputs), written once, for --resume."""
@@ -203,6 +221,7 @@ class Writer:
                 }
             )  # fmt: skip
         _write_json(self.scratch / PROGRESS, {**progress, "streams": streams})
+        self.images_done = int(progress.get("images", 0))
 
     @property
     def kept(self) -> bool:
@@ -281,16 +300,38 @@ class Writer:
             for item, stream in zip(entries, streams, strict=True)
             for fmt in self.formats
         ]
-        if "npy" in self.formats:
-            for item, stream in zip(entries, streams, strict=True):
-                os.replace(stream.path, scratch / f"{item.stem}.npy")
-        _remove_previous(self.out)
-        for path in scratch.glob("*.*"):
-            if not path.name.startswith("stream-") and path.name not in (PROGRESS, RUN, CLASSES):
-                os.replace(path, self.out / path.name)
-        _write_json(self.out / MANIFEST, {**header, "tensors": [s.as_dict() for s in saved]})
-        self._keep_scratch = False
+        with _signals_held() as came:  # stopped half-way, this would leave neither capture whole
+            if "npy" in self.formats:
+                for item, stream in zip(entries, streams, strict=True):
+                    os.replace(stream.path, scratch / f"{item.stem}.npy")
+            _remove_previous(self.out)
+            for path in scratch.glob("*.*"):
+                if not path.name.startswith("stream-") and path.name not in (PROGRESS, RUN, CLASSES):
+                    os.replace(path, self.out / path.name)
+            _write_json(self.out / MANIFEST, {**header, "tensors": [s.as_dict() for s in saved]})
+            self._keep_scratch, self.committed = False, True
+        if came:
+            raise Interrupted(128 + came[0], f"the capture had finished: `{self.out}` holds it, complete.")
         return saved
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[list[int]]:
+    """Ctrl-C and SIGTERM wait until the block is done; the signals that came are listed (in the main
+    thread, where Python runs signal handlers; elsewhere nothing is held)."""
+    came: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield came
+        return
+    held = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    held = {s: h for s, h in held.items() if h is not signal.SIG_IGN and h is not None}
+    for number in held:
+        signal.signal(number, lambda signum, frame: came.append(signum))
+    try:
+        yield came
+    finally:
+        for number, handler in held.items():
+            signal.signal(number, handler)
 
 
 def _remove_previous(out: Path) -> None:
@@ -308,16 +349,11 @@ def _remove_previous(out: Path) -> None:
     if any(name != SAFETENSORS_FILE and name.startswith("tensors-") for name in files):
         files.add(SAFETENSORS_INDEX)
     manifest.unlink()
-    pictures = [p for stem in stems for p in out.glob(f"{glob.escape(stem)}.*png") if _drawn(p.name, stem)]
-    for path in [*(out / name for name in files), *pictures, *out.glob("rollout*.png"), out / REPORT_PAGE]:
+    drawn = [p for p in out.glob("*.png") if any(is_picture_of(p.name, s) for s in [*stems, ROLLOUT])]
+    for path in [*(out / name for name in files), *drawn, out / REPORT_PAGE]:
         if path.parent == out and path.is_file():
             path.unlink()
     shutil.rmtree(out / REPORT_FOLDER, ignore_errors=True)
-
-
-def _drawn(name: str, stem: str) -> bool:
-    """Whether ``name`` is a picture ``show`` draws of tensor ``stem`` (``viz.default_output``)."""
-    return re.fullmatch(rf"{re.escape(stem)}(\.img\d+)?(\.overlay|\.gradcam)?\.png", name) is not None
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from .errors import LayerError
+from .manifest import inside
 
 HEADER_BYTES = 512  # magic, version, length and the padded header dict: a multiple of 64, as numpy wants
 
@@ -35,7 +36,8 @@ class NpyStream:
         """Continue a stream an interrupted run left (``state()`` says how far it got): keep its rows, drop
         whatever of a later batch reached the file, append from there."""
         stream = cls.__new__(cls)
-        stream.path, stream.name, stream.rows = folder / state["file"], name, int(state["rows"])
+        stream.path, stream.name = inside(folder, state["file"], "progress.json"), name
+        stream.rows = int(state["rows"])
         stream.trailing = tuple(state["trailing"])
         stream.dtype = getattr(torch, state["dtype"])
         row_bytes = (

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError, UsageError, did_you_mean
-from .manifest import MANIFEST
+from .manifest import inside
+from .outdir import read_manifest
 
 SUFFIXES = (".npy", ".pt", ".pth", ".safetensors")
 _WHAT = "Pass a .npy, .pt or .safetensors file that `hookdump capture` wrote, or a capture folder."
@@ -70,6 +71,11 @@ class Loaded:
         return int(value) if isinstance(value, int) else None
 
     @property
+    def images(self) -> int | None:
+        """How many images the capture took (the manifest's inputs), when it says."""
+        return len((self.manifest or {}).get("inputs") or []) or None
+
+    @property
     def class_token(self) -> bool:
         """Whether the first prefix token is a class token (the manifest's ``model.class_token``; captures
         from before it was recorded: when there are prefix tokens)."""
@@ -102,7 +108,7 @@ def load(path: Path, key: str | None = None) -> Loaded:
         key, array, bfloat16 = _read_safetensors(path, key)
     else:
         array = _read_npy(path) if suffix == ".npy" else _read_pt(path)
-    manifest = _manifest(path.parent)
+    manifest = read_manifest(path.parent)
     return Loaded(path, key, array, bfloat16, _entry(manifest, path.name, key), manifest)
 
 
@@ -134,7 +140,7 @@ def gradient(loaded: Loaded) -> Loaded | None:
             if isinstance(e, dict) and e.get("kind") == "grad" and all(e.get(k) == entry.get(k) for k in same)
         ]  # fmt: skip
         found.sort(key=lambda e: e.get("format") != entry.get("format"))
-        return load(folder / found[0]["file"], found[0].get("key")) if found else None
+        return load(inside(folder, found[0]["file"]), found[0].get("key")) if found else None
     if loaded.key is not None:
         grad_key = f"{loaded.key}.grad"
         return load(loaded.path, grad_key) if grad_key in _keys(loaded.path) else None
@@ -164,10 +170,12 @@ def _read_npy(path: Path) -> Array:
 def _read_pt(path: Path) -> Array:
     import torch
 
+    from .checkpoints import tensor_refusal, torch_load
+
     try:
-        value = torch.load(path, map_location="cpu", weights_only=True)
+        value = torch_load(path)
     except Exception as exc:  # unpickling raises many kinds
-        raise InputError(f"`{path}` is not a tensor file torch.load can read: {exc}", _WHAT) from exc
+        raise tensor_refusal(path, exc, _WHAT) from exc
     if not isinstance(value, torch.Tensor) or value.is_complex():
         raise InputError(f"`{path}` holds a {type(value).__name__}, not a real tensor.", _WHAT)
     value = value.detach()
@@ -202,7 +210,9 @@ def _keys(path: Path) -> list[str]:
 def _read_safetensors(path: Path, key: str | None) -> tuple[str, Array, bool]:
     """The tensor ``key`` memory-mapped from its bytes (bfloat16: as uint16 bits), and whether bfloat16."""
     start, header = _header(path)
-    key = _pick(key, _keys(path), f"`{path}`", noun="key")
+    if not header:
+        raise InputError(f"`{path}` holds no tensors.", _WHAT)
+    key = _pick(key, list(header), f"`{path}`", noun="key")
     info = header[key]
     shape = tuple(int(n) for n in info["shape"])
     dtype = np.dtype(_DTYPES[info["dtype"]])
@@ -229,14 +239,6 @@ def _pick(key: str | None, names: list[str], where: str, noun: str = "tensor") -
     raise UsageError(
         f"{start}; it holds {', '.join(names) or 'none'}.", hint or f"e.g. --key {names[0] if names else '?'}"
     )
-
-
-def _manifest(folder: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _entry(manifest: dict[str, Any] | None, file: str, key: str | None) -> dict[str, Any] | None:

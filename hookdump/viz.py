@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import HookdumpError, NoMap, UsageError
+from .failures import from_environment
 from .grid import grid
+from .manifest import ROLLOUT, picture_name
 from .maps import feature_maps
 from .overlay import blend, fit_photo, heat, photo_notes
 from .pictures import Rendered, Shown, Style
@@ -100,7 +102,7 @@ def _attention_overlay(
     """Attention weights over the photo: one tile per head (:func:`attnviz.head_overlays`)."""
     from .attnviz import head_overlays
 
-    colours = "grey" if style.grey else "inferno"
+    colours = style.colours(heat=True)
     caption = [loaded.name, f"image {index} of {tuple(loaded.array.shape)}", common["layout"]]
     image, tiles, columns, tile, top, notes = head_overlays(
         maps, fitted, style.alpha, colours, caption, loaded.stem
@@ -124,10 +126,9 @@ def _rollout(loaded: list[Loaded], index: int | None, style: Style, output: Path
     try:
         for i in images:
             unit, how, layers = rollout_of(loaded, i)
-            first = next(t for t in loaded if t.stem == layers[0])
+            first = layers[0]
             where = folder or first.path.parent
-            image_part = "" if index is not None else f".img{i}"
-            out = file or where / f"rollout{image_part}{style.suffix}.png"
+            out = file or where / picture_name(ROLLOUT, None if index is not None else i, style.suffix)
             image, done = _heat_picture(first, i, style, out, unit, how)
             staged.add(image, out)
             rendered.append(done)
@@ -145,7 +146,7 @@ def _heat_picture(
     from .maps import to_unit
 
     unit = to_unit(heat, None)[0]
-    colours = "grey" if style.grey else "inferno"
+    colours = style.colours(heat=True)
     common: dict[str, Any] = dict(
         path=out, source=loaded.source, name="attention rollout", shape=list(loaded.array.shape),
         index=index, layout=how, channels=1, channels_shown=1, kind="rollout", colormap=colours,
@@ -171,10 +172,13 @@ def _fitted(loaded: Loaded, style: Style) -> tuple[Image, str]:
     return fit_photo(open_image(style.photo, option="--overlay"), (loaded.manifest or {}).get("transform"))
 
 
-def capture_pictures(out: Path, photo: Path | None) -> Shown:
+def capture_pictures(out: Path, inputs: list[dict[str, Any]]) -> Shown:
     """``capture --png``: every tensor's grid of the first image beside it, and its heat map over the photo
-    when the first input is one. What cannot be drawn (vectors, windowed attention, an unreadable photo)
-    is said in a note, never an error: the capture itself is done."""
+    when the first input (of the manifest's ``inputs``) is a photo still on disk. What cannot be drawn
+    (vectors, windowed attention, an unreadable photo) is said in a note, never an error: the capture
+    itself is done."""
+    first = inputs[0].get("path") if inputs else None
+    photo = Path(first) if first and Path(first).is_file() else None
     drawn: list[Rendered] = []
     notes: list[str] = []
     for over in [None, photo] if photo is not None else [None]:
@@ -213,7 +217,7 @@ def render(loaded: Loaded, index: int, style: Style, out: Path) -> tuple[Array, 
         layout=maps.layout, channels=len(maps.maps),
     )  # fmt: skip
     if style.photo is None:
-        colours = "grey" if style.grey else "viridis"
+        colours = style.colours(heat=False)
         caption = [loaded.name, f"image {index} of {tuple(loaded.array.shape)}", maps.layout]
         sheet = grid(
             maps.maps, caption, name=loaded.stem, channels=style.channels, top_k=style.top_k,
@@ -227,7 +231,7 @@ def render(loaded: Loaded, index: int, style: Style, out: Path) -> tuple[Array, 
         )  # fmt: skip
     from .gradcam import compute
 
-    colours = "grey" if style.grey else "inferno"
+    colours = style.colours(heat=True)
     fitted, fit = _fitted(loaded, style)
     if loaded.layout == "attn" and not style.gradcam:
         return _attention_overlay(loaded, index, style, maps.maps, fitted, common | {"fit": fit})
@@ -248,8 +252,7 @@ def render(loaded: Loaded, index: int, style: Style, out: Path) -> tuple[Array, 
 
 def default_output(loaded: Loaded, style: Style, image: int | None, folder: Path | None) -> Path:
     """``<stem>[.img<i>][.overlay|.gradcam].png`` in ``folder``, else beside the tensor file."""
-    stem = loaded.stem.replace("/", "_") + ("" if image is None else f".img{image}")
-    return (folder or loaded.path.parent) / f"{stem}{style.suffix}.png"
+    return (folder or loaded.path.parent) / picture_name(loaded.stem, image, style.suffix)
 
 
 def _destination(output: Path | None, pictures: int) -> tuple[Path | None, Path | None]:
@@ -292,20 +295,24 @@ class _Staged:
     def add(self, image: Array, out: Path) -> None:
         from PIL import Image
 
-        tmp = out.parent / f".hookdump-{os.getpid()}-{len(self.files)}-{out.name}"
+        tmp = out.parent / f".hookdump-{os.getpid()}-{len(self.files)}.png"  # never longer than NAME_MAX
         self.files.append((tmp, out))
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
             Image.fromarray(image).save(tmp, format="PNG", compress_level=3)  # 3x faster than 6, ~5% larger
         except OSError as exc:
-            raise UsageError(f"Cannot write `{out}`: {exc}", "Choose another --output.") from exc
+            raise from_environment(exc) or UsageError(
+                f"Cannot write `{out}`: {exc}", "Choose another --output."
+            ) from exc
 
     def commit(self) -> None:
         try:
             for tmp, out in self.files:
                 os.replace(tmp, out)
         except OSError as exc:
-            raise UsageError(f"Cannot write `{out}`: {exc}", "Choose another --output.") from exc
+            raise from_environment(exc) or UsageError(
+                f"Cannot write `{out}`: {exc}", "Choose another --output."
+            ) from exc
 
     def discard(self) -> None:
         for tmp, _ in self.files:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -354,9 +355,7 @@ def bfloat16_safetensors(path: Path, name: str, values: np.ndarray) -> None:
     path.write_bytes(len(header).to_bytes(8, "little") + header.encode() + bits)
 
 
-def test_many_pngs_from_npy_safetensors_and_a_capture_without_torch(
-    captured: Path, chelsea: Path, tmp_path
-) -> None:
+def test_many_pngs_and_a_report_without_torch(captured: Path, chelsea: Path, tmp_path) -> None:
     rng = np.random.default_rng(1)
     files = []
     for i in range(3):
@@ -364,14 +363,16 @@ def test_many_pngs_from_npy_safetensors_and_a_capture_without_torch(
         files.append(str(tmp_path / f"t{i}.npy"))
     exact = np.array([-2, -1.5, 0, 0.25, 1, 3, 4, 8], np.float32).reshape(1, 2, 2, 2)
     bfloat16_safetensors(tmp_path / "bf.safetensors", "half", exact)
+    shutil.copytree(captured, tmp_path / "copy")  # report writes into the folder
     runs = [
-        [*files, str(tmp_path / "bf.safetensors"), "--grey"],
-        [str(captured), "--key", "layer1", "--overlay", str(chelsea), "-o", str(tmp_path / "o.png")],
+        ["show", *files, str(tmp_path / "bf.safetensors"), "--grey"],
+        ["show", str(captured), "--key", "layer1", "--overlay", str(chelsea), "-o", str(tmp_path / "o.png")],
+        ["report", str(tmp_path / "copy")],
     ]
     script = (
         "import sys\nfrom hookdump.cli import app\n"
         f"for args in {runs!r}:\n"
-        "    try:\n        app(['show', *args])\n"
+        "    try:\n        app(args)\n"
         "    except SystemExit as done:\n        assert done.code == 0\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
@@ -379,7 +380,7 @@ def test_many_pngs_from_npy_safetensors_and_a_capture_without_torch(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("wrote ") == 4 + 1 + 1  # 4 PNGs and their total line, then the overlay
+    assert proc.stdout.count("wrote ") == 4 + 1 + 1 + 1  # 4 PNGs, their total line, the overlay, the report
     assert all((tmp_path / f"t{i}.png").is_file() for i in range(3)) and (tmp_path / "o.png").is_file()
     image = pixels(tmp_path / "half.png")  # bfloat16 read right: channel 1 is 1, 3, 4, 8 scaled by hand
     width = max(2 * (64 // 2 * 2 + PAD) + PAD, MIN_WIDTH)
