@@ -144,23 +144,34 @@ class Capture(Mapping[str, Array]):
         """A safetensors file's JSON header (parsed once) and where its data starts; checks the file size."""
         if name not in self._headers:
             file = self.path / name
+            start, header = safetensors_header(file, _REDO)
             try:
-                with file.open("rb") as handle:
-                    (length,) = struct.unpack("<Q", handle.read(8))
-                    if length > 100 << 20:
-                        raise ValueError(f"a header of {length} bytes")
-                    header = json.loads(handle.read(length))
-                ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
-            except (OSError, ValueError, struct.error, KeyError, TypeError, IndexError) as exc:
+                end = max((v["data_offsets"][1] for v in header.values()), default=0)
+            except (KeyError, TypeError, IndexError) as exc:
                 raise InputError(f"`{file}` is not a safetensors file: {exc}", _REDO) from exc
-            if file.stat().st_size != 8 + length + max(ends, default=0):
+            if file.stat().st_size != start + end:
                 raise InputError(
                     f"`{file}` has {file.stat().st_size} bytes; its header says"
-                    f" {8 + length + max(ends, default=0)}: it was cut short or changed.",
+                    f" {start + end}: it was cut short or changed.",
                     _REDO,
                 )
-            self._headers[name] = (8 + length, header)
+            self._headers[name] = (start, header)
         return self._headers[name]
+
+
+def safetensors_header(file: Path, fix: str) -> tuple[int, dict[str, Any]]:
+    """A safetensors file's JSON header, tensors only (``__metadata__`` left out), and where its data
+    starts; an InputError with ``fix`` when it is not one. Reads the header only, never the data."""
+    try:
+        with file.open("rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            if length > 100 << 20:
+                raise ValueError(f"a header of {length} bytes")
+            header = json.loads(handle.read(length))
+        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+    except (OSError, ValueError, struct.error, TypeError, AttributeError) as exc:
+        raise InputError(f"`{file}` is not a safetensors file: {exc}", fix) from exc
+    return 8 + length, tensors
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:

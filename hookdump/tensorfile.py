@@ -4,8 +4,6 @@ in a capture folder; only a ``.pt`` file imports torch."""
 
 from __future__ import annotations
 
-import json
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,20 +182,17 @@ def _read_pt(path: Path) -> Array:
 
 
 def _header(path: Path) -> tuple[int, dict[str, Any]]:
-    """A safetensors file's JSON header (tensors only) and where its data starts."""
+    """A safetensors file's JSON header (tensors only) and where its data starts; dtypes numpy can hold."""
+    from .reader import safetensors_header
+
+    start, tensors = safetensors_header(path, _WHAT)
     try:
-        with path.open("rb") as handle:
-            (length,) = struct.unpack("<Q", handle.read(8))
-            if length > 100 << 20:
-                raise ValueError(f"a header of {length} bytes")
-            header = json.loads(handle.read(length))
-        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
         for info in tensors.values():
             if info["dtype"] not in _DTYPES:
                 raise ValueError(f"dtype {info['dtype']}")
-    except (OSError, ValueError, struct.error, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"`{path}` is not a safetensors file: {exc}", _WHAT) from exc
-    return 8 + length, tensors
+    return start, tensors
 
 
 def _keys(path: Path) -> list[str]:

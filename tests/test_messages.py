@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import timm
 import torch
+from helpers import hand_hooks, photo_batch
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
@@ -280,14 +281,19 @@ def test_input_channel_mismatch_names_the_model_arg(cli, tmp_path: Path) -> None
     assert manifest["transform"]["input_size"] == [1, 160, 160] and len(manifest["transform"]["mean"]) == 1
 
 
-def test_checkpoint_with_training_metadata_loads(cli, tmp_path: Path) -> None:
-    weights = timm.create_model("test_resnet").state_dict()
+def test_checkpoint_with_training_metadata_loads(cli, tmp_path: Path, chelsea: Path) -> None:
+    torch.manual_seed(7)
+    model = timm.create_model("test_resnet").eval()
     path = tmp_path / "trained.pth"
     metadata = {"args": argparse.Namespace(lr=0.1, model="test_resnet", out=Path("/runs/a"))}
     scalars = {"epoch": 3, "best_acc1": np.float64(0.71), "step": np.int64(5), "lrs": np.array([0.1, 0.01])}
-    torch.save({"state_dict": weights, **metadata, **scalars}, path)
-    result = capture(cli, "--random-input", "--checkpoint", path, "-o", tmp_path / "o")
+    torch.save({"state_dict": model.state_dict(), **metadata, **scalars}, path)
+    out = tmp_path / "o"
+    result = cli("capture", "-m", "test_resnet", "-l", "layer1", chelsea, "--checkpoint", path, "-o", out)
     assert result.exit_code == 0, result.stderr
+    # the weights were really used: the capture equals the model that was saved, hooked by hand
+    expected = hand_hooks(model, ["layer1"], photo_batch(model, chelsea))[0]["layer1"]
+    np.testing.assert_allclose(np.load(out / "layer1.npy"), expected.numpy(), rtol=1e-5, atol=1e-6)
 
 
 class _RunsCode:
