@@ -8,6 +8,7 @@ min-max scaled, resized bilinearly, coloured (inferno, or grey) and blended with
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,11 +77,22 @@ def fit_photo(photo: Image, transform: dict[str, Any] | None) -> tuple[Image, st
     return fitted, f"resized and center-cropped to {width}x{height} as the model's eval transform did"
 
 
+def _digest(photo: Path) -> str:
+    """The photo's sha256, computed once per version of the file (``show`` of many tensors asks for each)."""
+    stat = photo.stat()
+    return _digest_of(str(photo.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _digest_of(path: str, size: int, mtime_ns: int) -> str:
+    return sha256(Path(path))
+
+
 def photo_notes(loaded: Loaded, photo: Path, index: int) -> list[str]:
     """A note when the manifest says image ``index`` was another photo than ``photo``."""
     inputs = (loaded.manifest or {}).get("inputs") or []
     if index >= len(inputs) or not isinstance(inputs[index], dict) or "sha256" not in inputs[index]:
         return []
-    if sha256(photo) == inputs[index]["sha256"]:
+    if _digest(photo) == inputs[index]["sha256"]:
         return []
     return [f"`{photo}` is not the image {index} of this capture (`{inputs[index].get('path')}`)."]

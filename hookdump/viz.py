@@ -12,6 +12,8 @@ Grad-CAM; for every image of the batch, ``<stem>.img<i>.png`` (``.img<i>.overlay
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -165,11 +167,20 @@ def _heat_picture(
 
 
 def _fitted(loaded: Loaded, style: Style) -> tuple[Image, str]:
-    """``--overlay``'s photo as the model's eval transform cropped it."""
+    """``--overlay``'s photo as the model's eval transform cropped it: decoded and cropped once per version
+    of the photo and transform, however many tensors are drawn over it."""
+    assert style.photo is not None
+    stat = style.photo.stat() if style.photo.is_file() else None
+    stamp = (stat.st_size, stat.st_mtime_ns) if stat else (-1, -1)
+    transform = json.dumps((loaded.manifest or {}).get("transform"), sort_keys=True)
+    return _fit_once(str(style.photo), stamp, transform)
+
+
+@functools.lru_cache(maxsize=8)
+def _fit_once(photo: str, stamp: tuple[int, int], transform: str) -> tuple[Image, str]:
     from .images import open_image
 
-    assert style.photo is not None
-    return fit_photo(open_image(style.photo, option="--overlay"), (loaded.manifest or {}).get("transform"))
+    return fit_photo(open_image(Path(photo), option="--overlay"), json.loads(transform))
 
 
 def capture_pictures(out: Path, inputs: list[dict[str, Any]]) -> Shown:
