@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from . import __version__, shell
+from . import __version__, shell, startup
 from .errors import Interrupted, UsageError
 
 app = typer.Typer(
@@ -223,6 +223,8 @@ def capture(
     print_config: PrintConfigOpt = False,
 ) -> None:
     """Hook layers, run images through the model in eval mode, write every captured tensor to files."""
+    if not (dry_run or print_config):
+        startup.before_torch(images or [], batch_size, checkpoint)
     from . import api, inputs, progress, render
 
     if print_config:
@@ -363,4 +365,7 @@ def main() -> None:
     """Console-script entry point. SIGTERM (CI time-outs, ``timeout``, ``docker stop``) is handled like
     Ctrl-C: the run unwinds, its scratch files are removed, the exit code is 143."""
     signal.signal(signal.SIGTERM, _terminated)
-    app(prog_name="hookdump")
+    try:
+        app(prog_name="hookdump")
+    except SystemExit as exc:
+        shell.exit_now(exc.code)

@@ -1,0 +1,126 @@
+"""What the console script does to its own process, through the real ``hookdump`` executable: huge pages
+for torch's CPU allocator on runs of many batches, the checkpoint hashed while torch imports, and an exit
+that skips the interpreter's teardown but still flushes every output and runs the ``atexit`` work."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from hookdump import digest, startup
+
+EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
+
+#: A plugin that writes, when the capture process imports it, what it saw of the huge-pages variable, and
+#: registers an atexit function that leaves a file behind (proof that the atexit work still runs).
+PROBE = """
+import atexit, os
+from pathlib import Path
+from timm.models import register_model
+from torch import nn
+
+folder = Path(os.environ["PROBE_DIR"])
+(folder / "huge_pages.txt").write_text(os.environ.get("THP_MEM_ALLOC_ENABLE", "unset"))
+atexit.register(lambda: (folder / "atexit.txt").write_text("ran"))
+
+
+@register_model
+def probe_net(pretrained=False, **kwargs):
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+"""
+
+
+def _capture(tmp_path: Path, *inputs: str | Path, env: dict[str, str] | None = None) -> Path:
+    """Capture ``probe_net`` over ``inputs``; the probe's folder."""
+    probe = tmp_path / "probe"
+    probe.mkdir(exist_ok=True)
+    (tmp_path / "probe_plugin.py").write_text(PROBE)
+    environment = {k: v for k, v in os.environ.items() if k != startup.HUGE_PAGES}
+    environment |= {"PROBE_DIR": str(probe), **(env or {})}
+    done = subprocess.run(
+        [EXE, "capture", "--import", str(tmp_path / "probe_plugin.py"), "-m", "probe_net", "-l", "0",
+         *map(str, inputs), "--batch-size", "2", "-o", str(tmp_path / "out"), "--overwrite", "--json"],
+        capture_output=True, text=True, env=environment, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads(done.stdout)  # all of stdout came out before the fast exit
+    assert manifest["complete"] is True
+    return probe
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="torch's huge pages are Linux only")
+def test_huge_pages_for_many_batches_not_for_one(tmp_path: Path, photos: Path, chelsea: Path) -> None:
+    assert (_capture(tmp_path, photos) / "huge_pages.txt").read_text() == "1"  # a folder
+    three = [photos / "chelsea.png", photos / "coffee.png", photos / "more" / "astronaut.png"]
+    assert (_capture(tmp_path, *three) / "huge_pages.txt").read_text() == "1"  # more files than a batch
+    assert (_capture(tmp_path, chelsea) / "huge_pages.txt").read_text() == "unset"  # one batch
+    user = _capture(tmp_path, photos, env={startup.HUGE_PAGES: "0"})
+    assert (user / "huge_pages.txt").read_text() == "0"  # the user's choice is kept
+
+
+def test_many_batches_is_decided_from_the_command_line(tmp_path: Path, photos: Path) -> None:
+    listing = tmp_path / "list.txt"
+    listing.write_text("a.png\n")
+    assert startup.many_batches([str(photos)], 16)
+    assert startup.many_batches([f"@{listing}"], 16)
+    assert startup.many_batches([str(tmp_path / "*.png")], 16)
+    assert startup.many_batches(["a.png", "b.png", "c.png"], 2)
+    assert not startup.many_batches(["a.png", "b.png"], 2)
+    assert not startup.many_batches([], 16)  # --sample, --random-input
+
+
+def test_the_exit_still_runs_atexit_work_and_keeps_the_exit_code(tmp_path: Path, chelsea: Path) -> None:
+    probe = _capture(tmp_path, chelsea)
+    assert (probe / "atexit.txt").read_text() == "ran"
+    (tmp_path / "probe_plugin.py").write_text(PROBE)
+    failed = subprocess.run(
+        [EXE, "capture", "--import", str(tmp_path / "probe_plugin.py"), "-m", "probe_net", "-l", "nope",
+         str(chelsea), "-o", str(tmp_path / "out2")],
+        capture_output=True, text=True, env={**os.environ, "PROBE_DIR": str(probe)}, timeout=300,
+    )  # fmt: skip
+    assert failed.returncode == 3, failed.stderr  # a layer that does not exist: the documented code
+    assert "nope" in failed.stderr and "Traceback" not in failed.stderr
+
+
+def test_a_prefetched_hash_is_the_file_s_hash_and_never_stale(tmp_path: Path) -> None:
+    path = tmp_path / "weights.bin"
+    path.write_bytes(os.urandom(3 << 20))
+    digest.prefetch(path)
+    assert digest.sha256(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+    digest.prefetch(path)
+    time.sleep(0.01)
+    path.write_bytes(b"changed after the hash started")  # another size: the prefetched hash is not used
+    assert digest.sha256(path) == hashlib.sha256(b"changed after the hash started").hexdigest()
+    digest.prefetch(tmp_path / "missing.bin")  # nothing to hash: no error here ...
+    digest.prefetch(None)
+    with pytest.raises(FileNotFoundError):  # ... the usual one where the hash is asked for
+        digest.sha256(tmp_path / "missing.bin")
+
+
+def test_the_manifest_records_the_checkpoint_hash_hashed_in_the_background(
+    tmp_path: Path, chelsea: Path
+) -> None:
+    torch.manual_seed(3)
+    weights = {"0.weight": torch.randn(4, 3, 3, 3), "0.bias": torch.randn(4)}
+    checkpoint = tmp_path / "probe.safetensors"
+    save_file(weights, str(checkpoint))
+    (tmp_path / "probe_plugin.py").write_text(PROBE)
+    (tmp_path / "probe").mkdir()
+    done = subprocess.run(
+        [EXE, "capture", "--import", str(tmp_path / "probe_plugin.py"), "-m", "probe_net", "-l", "0",
+         "--checkpoint", str(checkpoint), str(chelsea), "-o", str(tmp_path / "out"), "--json"],
+        capture_output=True, text=True, env={**os.environ, "PROBE_DIR": str(tmp_path / "probe")}, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    expected = hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+    assert json.loads(done.stdout)["model"]["checkpoint_sha256"] == expected
