@@ -2,8 +2,9 @@
 
 :class:`Accumulator` takes a tensor batch by batch (as ``sinks.Writer`` streams it) or chunk by chunk (a
 memory-mapped file, for ``hookdump stats`` on an older capture). Each row (one input) is summed in float64
-and the row sums are added exactly (Shewchuk's partials, as ``math.fsum``), so the result does not depend on
-how the rows were batched: a resumed, merged or recomputed capture gives the same numbers, bit for bit.
+in fixed pieces, and the pieces' sums are added exactly (Shewchuk's partials, as ``math.fsum``), so the result
+does not depend on how the rows were batched: a resumed, merged or recomputed capture gives the same numbers,
+bit for bit.
 No torch import at module level.
 """
 
@@ -16,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-CHUNK_ELEMENTS = 1 << 22  # rows are read and converted to float64 about this many values at a time (32 MB)
+CHUNK_ELEMENTS = 1 << 22  # rows are read about this many values at a time (16 MB of float32)
+PIECE = 1 << 15  # values of a row summed together in float64 (256 KB), the pieces' sums then added exactly
 KEYS = ("min", "max", "mean", "std", "zeros", "nan", "inf")
 
 
@@ -47,28 +49,34 @@ class Accumulator:
             self._add(_values(rows[start : start + step]).reshape(-1, per_row))
 
     def _add(self, v: np.ndarray[Any, Any]) -> None:
-        """One chunk of rows: counts, min and max in its own float dtype, sums in a float64 copy."""
+        """One chunk of rows: counts, min and max in its own float dtype, sums in float64 ``PIECE`` values
+        of a row at a time (a copy that stays in the CPU's cache)."""
         self.count += v.size
-        self.zeros += int(np.count_nonzero(v == 0))
-        finite_mask = np.isfinite(v)
-        finite = int(np.count_nonzero(finite_mask))
-        self.finite += finite
-        x = v.astype(np.float64)  # a copy, changed in place below
-        if finite < v.size:
+        self.zeros += v.size - int(np.count_nonzero(v))  # NaN is not zero; -0.0 is
+        low, high = v.min(), v.max()  # NaN reaches both, an infinity one of them
+        clean = bool(np.isfinite(low) and np.isfinite(high))
+        finite = v.size
+        if not clean:
+            finite_mask = np.isfinite(v)
+            finite = int(np.count_nonzero(finite_mask))
             nan = int(np.count_nonzero(np.isnan(v)))
             self.nan += nan
             self.inf += v.size - finite - nan
-            v = v[finite_mask]
-            x[~finite_mask] = 0.0
+            if finite:
+                low, high = v[finite_mask].min(), v[finite_mask].max()
+        self.finite += finite
         if finite:
-            low, high = float(v.min()), float(v.max())
-            self.min = low if self.min is None else min(self.min, low)
-            self.max = high if self.max is None else max(self.max, high)
-        for total in x.sum(axis=1).tolist():  # per row: the same whatever the chunk around it
-            _exact_add(self.sum, total)
-        np.multiply(x, x, out=x)
-        for total in x.sum(axis=1).tolist():
-            _exact_add(self.squares, total)
+            self.min = float(low) if self.min is None else min(self.min, float(low))
+            self.max = float(high) if self.max is None else max(self.max, float(high))
+        for start in range(0, v.shape[1], PIECE):  # the same pieces of a row whatever the rows around it
+            x = v[:, start : start + PIECE].astype(np.float64)
+            if not clean:
+                x[~np.isfinite(x)] = 0.0
+            for total in x.sum(axis=1).tolist():
+                _exact_add(self.sum, total)
+            np.multiply(x, x, out=x)
+            for total in x.sum(axis=1).tolist():
+                _exact_add(self.squares, total)
 
     def result(self) -> dict[str, Any]:
         """``{"min", "max", "mean", "std", "zeros", "nan", "inf"}``: the first four over the finite values

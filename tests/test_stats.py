@@ -16,7 +16,7 @@ from conftest import PLUGINS
 from test_dataset import SLOW, _kill_when, _photos
 from test_runs import _start
 
-from hookdump.stats import KEYS, Accumulator, number, percent
+from hookdump.stats import KEYS, PIECE, Accumulator, number, percent
 
 MODEL = ("-m", "test_resnet")
 LAYERS = ("-l", "conv1", "-l", "act1", "-l", "layer1.0.act1", "-l", "layer4")
@@ -183,6 +183,27 @@ def test_accumulator_state_survives_a_json_round_trip_mid_way() -> None:
     empty = Accumulator()
     empty.update(np.full((2, 3), np.nan, dtype=np.float32))
     assert empty.result() == dict(min=None, max=None, mean=None, std=None, zeros=0.0, nan=6, inf=0)
+
+
+def test_long_rows_are_summed_the_same_however_they_are_batched() -> None:
+    """Rows longer than one float64 piece (``stats.PIECE``), a NaN and an infinity in some rows only: the
+    rows of a batch with non-finite values go the slower way, and every batching still gives one result."""
+    rng = np.random.default_rng(1)
+    data = (rng.standard_normal((6, 3 * PIECE + 17)) * 1000 + 3).astype(np.float32)
+    data[data < 0] = 0
+    data[1, PIECE + 5] = np.nan
+    data[4, 2 * PIECE] = np.inf
+    data[5, 7] = -0.0
+    results = []
+    for size in (1, 2, 4, 6):
+        acc = Accumulator()
+        for start in range(0, len(data), size):
+            acc.update(torch.from_numpy(data[start : start + size]))
+        results.append(acc.result())
+    assert all(r == results[0] for r in results)  # bit for bit
+    _close(results[0], _numpy_stats(data))
+    assert (results[0]["nan"], results[0]["inf"]) == (1, 1)
+    assert results[0]["zeros"] == np.count_nonzero(data == 0) / data.size
 
 
 def test_stats_survive_a_resume_after_kill_9(cli, tmp_path: Path) -> None:
