@@ -224,7 +224,7 @@ def capture(
 ) -> None:
     """Hook layers, run images through the model in eval mode, write every captured tensor to files."""
     if not (dry_run or print_config):
-        startup.before_torch(images or [], batch_size, checkpoint)
+        startup.before_torch(checkpoint)
     from . import api, inputs, progress, render
 
     if print_config:

@@ -1,6 +1,6 @@
-"""What the console script does to its own process, through the real ``hookdump`` executable: huge pages
-for torch's CPU allocator on runs of many batches, the checkpoint hashed while torch imports, and an exit
-that skips the interpreter's teardown but still flushes every output and runs the ``atexit`` work."""
+"""What the console script does to its own process, through the real ``hookdump`` executable: malloc keeps
+freed memory for the next batch, the checkpoint is hashed while torch imports, and the exit skips the
+interpreter's teardown but still flushes every output and runs the ``atexit`` work."""
 
 from __future__ import annotations
 
@@ -21,16 +21,31 @@ from hookdump import digest, startup
 
 EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 
-#: A plugin that writes, when the capture process imports it, what it saw of the huge-pages variable, and
-#: registers an atexit function that leaves a file behind (proof that the atexit work still runs).
+#: A plugin that writes, when the capture process imports it, whether glibc's malloc served a 64 MB block
+#: from the heap (by default such a block is a fresh mmap, counted in mallinfo2's ``hblks``), and registers
+#: an atexit function that leaves a file behind (proof that the atexit work still runs).
 PROBE = """
-import atexit, os
+import atexit, ctypes, os
 from pathlib import Path
+
+import numpy as np
 from timm.models import register_model
 from torch import nn
 
 folder = Path(os.environ["PROBE_DIR"])
-(folder / "huge_pages.txt").write_text(os.environ.get("THP_MEM_ALLOC_ENABLE", "unset"))
+
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+
+mallinfo2 = ctypes.CDLL(None).mallinfo2
+mallinfo2.restype = MallInfo2
+before = mallinfo2().hblks
+block = np.ones(64 << 20, dtype=np.uint8)
+(folder / "malloc.txt").write_text("mmap" if mallinfo2().hblks > before else "heap")
+del block
 atexit.register(lambda: (folder / "atexit.txt").write_text("ran"))
 
 
@@ -45,7 +60,7 @@ def _capture(tmp_path: Path, *inputs: str | Path, env: dict[str, str] | None = N
     probe = tmp_path / "probe"
     probe.mkdir(exist_ok=True)
     (tmp_path / "probe_plugin.py").write_text(PROBE)
-    environment = {k: v for k, v in os.environ.items() if k != startup.HUGE_PAGES}
+    environment = {k: v for k, v in os.environ.items() if k not in (*startup.USER_SETTINGS, "GLIBC_TUNABLES")}
     environment |= {"PROBE_DIR": str(probe), **(env or {})}
     done = subprocess.run(
         [EXE, "capture", "--import", str(tmp_path / "probe_plugin.py"), "-m", "probe_net", "-l", "0",
@@ -58,25 +73,23 @@ def _capture(tmp_path: Path, *inputs: str | Path, env: dict[str, str] | None = N
     return probe
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="torch's huge pages are Linux only")
-def test_huge_pages_for_many_batches_not_for_one(tmp_path: Path, photos: Path, chelsea: Path) -> None:
-    assert (_capture(tmp_path, photos) / "huge_pages.txt").read_text() == "1"  # a folder
-    three = [photos / "chelsea.png", photos / "coffee.png", photos / "more" / "astronaut.png"]
-    assert (_capture(tmp_path, *three) / "huge_pages.txt").read_text() == "1"  # more files than a batch
-    assert (_capture(tmp_path, chelsea) / "huge_pages.txt").read_text() == "unset"  # one batch
-    user = _capture(tmp_path, photos, env={startup.HUGE_PAGES: "0"})
-    assert (user / "huge_pages.txt").read_text() == "0"  # the user's choice is kept
+GLIBC = sys.platform.startswith("linux") and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
 
 
-def test_many_batches_is_decided_from_the_command_line(tmp_path: Path, photos: Path) -> None:
-    listing = tmp_path / "list.txt"
-    listing.write_text("a.png\n")
-    assert startup.many_batches([str(photos)], 16)
-    assert startup.many_batches([f"@{listing}"], 16)
-    assert startup.many_batches([str(tmp_path / "*.png")], 16)
-    assert startup.many_batches(["a.png", "b.png", "c.png"], 2)
-    assert not startup.many_batches(["a.png", "b.png"], 2)
-    assert not startup.many_batches([], 16)  # --sample, --random-input
+@pytest.mark.skipif(not GLIBC, reason="the malloc settings are glibc's")
+def test_malloc_keeps_freed_memory_unless_the_user_set_it(
+    tmp_path: Path, photos: Path, chelsea: Path
+) -> None:
+    assert (_capture(tmp_path, photos) / "malloc.txt").read_text() == "heap"
+    assert (_capture(tmp_path, chelsea) / "malloc.txt").read_text() == "heap"
+    user = _capture(tmp_path, chelsea, env={"MALLOC_MMAP_MAX_": "65536"})  # the user's choice is kept
+    assert (user / "malloc.txt").read_text() == "mmap"
+    library = tmp_path / "library.py"  # the library, so a user's own process, leaves malloc alone
+    library.write_text(PROBE.replace("import atexit,", "import hookdump.api, atexit,"))
+    done = subprocess.run([sys.executable, str(library)], env={**os.environ, "PROBE_DIR": str(tmp_path)},
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "malloc.txt").read_text() == "mmap"
 
 
 def test_the_exit_still_runs_atexit_work_and_keeps_the_exit_code(tmp_path: Path, chelsea: Path) -> None:
