@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from . import __version__, shell, startup
+from . import __version__, allocator, digest, shell
 from .errors import Interrupted, UsageError
 
 app = typer.Typer(
@@ -223,8 +223,8 @@ def capture(
     print_config: PrintConfigOpt = False,
 ) -> None:
     """Hook layers, run images through the model in eval mode, write every captured tensor to files."""
-    if not (dry_run or print_config):
-        startup.before_torch(checkpoint)
+    if not (dry_run or print_config):  # hashed for the manifest on the idle core while torch and timm import
+        digest.prefetch(checkpoint)
     from . import api, inputs, progress, render
 
     if print_config:
@@ -363,7 +363,10 @@ def _terminated(signum: int, frame: object) -> None:
 
 def main() -> None:
     """Console-script entry point. SIGTERM (CI time-outs, ``timeout``, ``docker stop``) is handled like
-    Ctrl-C: the run unwinds, its scratch files are removed, the exit code is 143."""
+    Ctrl-C: the run unwinds, its scratch files are removed, the exit code is 143. The process's malloc
+    keeps freed memory for the next batch (``allocator``); the exit skips the interpreter's teardown
+    (``shell.exit_now``)."""
+    allocator.keep_freed_memory()
     signal.signal(signal.SIGTERM, _terminated)
     try:
         app(prog_name="hookdump")

@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from hookdump import digest, startup
+from hookdump import allocator, digest
 
 EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 
@@ -60,7 +60,9 @@ def _capture(tmp_path: Path, *inputs: str | Path, env: dict[str, str] | None = N
     probe = tmp_path / "probe"
     probe.mkdir(exist_ok=True)
     (tmp_path / "probe_plugin.py").write_text(PROBE)
-    environment = {k: v for k, v in os.environ.items() if k not in (*startup.USER_SETTINGS, "GLIBC_TUNABLES")}
+    environment = {
+        k: v for k, v in os.environ.items() if k not in (*allocator.USER_SETTINGS, "GLIBC_TUNABLES")
+    }
     environment |= {"PROBE_DIR": str(probe), **(env or {})}
     done = subprocess.run(
         [EXE, "capture", "--import", str(tmp_path / "probe_plugin.py"), "-m", "probe_net", "-l", "0",
