@@ -26,8 +26,7 @@ def sha256(path: Path) -> str:
 
 def prefetch(path: Path | None) -> None:
     """Start hashing the file at ``path`` on a daemon thread; nothing for None or what is not a file."""
-    key = _key(path) if path is not None else None
-    if path is None or key is None or key in _started:
+    if path is None or (key := _key(path)) is None or key in _started:
         return
     future: Future[str] = Future()
 

@@ -55,24 +55,31 @@ def probe_net(pretrained=False, **kwargs):
 """
 
 
-def _capture(tmp_path: Path, *inputs: str | Path, env: dict[str, str] | None = None) -> Path:
-    """Capture ``probe_net`` over ``inputs``; the probe's folder."""
-    probe = tmp_path / "probe"
-    probe.mkdir(exist_ok=True)
+def _probe_capture(tmp_path: Path, *args: str | Path, env: dict[str, str] | None = None):
+    """``hookdump capture`` of ``probe_net`` with ``args``, the probe writing into ``tmp_path/probe``;
+    malloc's own variables are left out of the environment unless ``env`` sets them."""
+    (tmp_path / "probe").mkdir(exist_ok=True)
     (tmp_path / "probe_plugin.py").write_text(PROBE)
     environment = {
         k: v for k, v in os.environ.items() if k not in (*allocator.USER_SETTINGS, "GLIBC_TUNABLES")
     }
-    environment |= {"PROBE_DIR": str(probe), **(env or {})}
-    done = subprocess.run(
-        [EXE, "capture", "--import", str(tmp_path / "probe_plugin.py"), "-m", "probe_net", "-l", "0",
-         *map(str, inputs), "--batch-size", "2", "-o", str(tmp_path / "out"), "--overwrite", "--json"],
+    environment |= {"PROBE_DIR": str(tmp_path / "probe"), **(env or {})}
+    return subprocess.run(
+        [EXE, "capture", "--import", str(tmp_path / "probe_plugin.py"), "-m", "probe_net", *map(str, args)],
         capture_output=True, text=True, env=environment, timeout=300,
+    )  # fmt: skip
+
+
+def _capture(tmp_path: Path, *inputs: str | Path, env: dict[str, str] | None = None) -> Path:
+    """Capture ``probe_net``'s layer 0 over ``inputs`` (batches of 2, --json); the probe's folder."""
+    done = _probe_capture(
+        tmp_path, "-l", "0", *inputs, "--batch-size", "2", "-o", tmp_path / "out", "--overwrite", "--json",
+        env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     manifest = json.loads(done.stdout)  # all of stdout came out before the fast exit
     assert manifest["complete"] is True
-    return probe
+    return tmp_path / "probe"
 
 
 GLIBC = sys.platform.startswith("linux") and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
@@ -97,12 +104,7 @@ def test_malloc_keeps_freed_memory_unless_the_user_set_it(
 def test_the_exit_still_runs_atexit_work_and_keeps_the_exit_code(tmp_path: Path, chelsea: Path) -> None:
     probe = _capture(tmp_path, chelsea)
     assert (probe / "atexit.txt").read_text() == "ran"
-    (tmp_path / "probe_plugin.py").write_text(PROBE)
-    failed = subprocess.run(
-        [EXE, "capture", "--import", str(tmp_path / "probe_plugin.py"), "-m", "probe_net", "-l", "nope",
-         str(chelsea), "-o", str(tmp_path / "out2")],
-        capture_output=True, text=True, env={**os.environ, "PROBE_DIR": str(probe)}, timeout=300,
-    )  # fmt: skip
+    failed = _probe_capture(tmp_path, "-l", "nope", chelsea, "-o", tmp_path / "out2")
     assert failed.returncode == 3, failed.stderr  # a layer that does not exist: the documented code
     assert "nope" in failed.stderr and "Traceback" not in failed.stderr
 
@@ -129,13 +131,9 @@ def test_the_manifest_records_the_checkpoint_hash_hashed_in_the_background(
     weights = {"0.weight": torch.randn(4, 3, 3, 3), "0.bias": torch.randn(4)}
     checkpoint = tmp_path / "probe.safetensors"
     save_file(weights, str(checkpoint))
-    (tmp_path / "probe_plugin.py").write_text(PROBE)
-    (tmp_path / "probe").mkdir()
-    done = subprocess.run(
-        [EXE, "capture", "--import", str(tmp_path / "probe_plugin.py"), "-m", "probe_net", "-l", "0",
-         "--checkpoint", str(checkpoint), str(chelsea), "-o", str(tmp_path / "out"), "--json"],
-        capture_output=True, text=True, env={**os.environ, "PROBE_DIR": str(tmp_path / "probe")}, timeout=300,
-    )  # fmt: skip
+    done = _probe_capture(
+        tmp_path, "-l", "0", "--checkpoint", checkpoint, chelsea, "-o", tmp_path / "out", "--json"
+    )
     assert done.returncode == 0, done.stderr
     expected = hashlib.sha256(checkpoint.read_bytes()).hexdigest()
     assert json.loads(done.stdout)["model"]["checkpoint_sha256"] == expected
