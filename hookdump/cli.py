@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from . import __version__, allocator, digest, shell
+from . import __version__, allocator, digest, openmp, shell
 from .errors import Interrupted, UsageError
 
 app = typer.Typer(
@@ -364,9 +364,10 @@ def _terminated(signum: int, frame: object) -> None:
 def main() -> None:
     """Console-script entry point. SIGTERM (CI time-outs, ``timeout``, ``docker stop``) is handled like
     Ctrl-C: the run unwinds, its scratch files are removed, the exit code is 143. The process's malloc
-    keeps freed memory for the next batch (``allocator``); the exit skips the interpreter's teardown
-    (``shell.exit_now``)."""
+    keeps freed memory for the next batch (``allocator``) and OpenMP's idle threads spin less
+    (``openmp``); the exit skips the interpreter's teardown (``shell.exit_now``)."""
     allocator.keep_freed_memory()
+    openmp.short_spin()
     signal.signal(signal.SIGTERM, _terminated)
     try:
         app(prog_name="hookdump")

@@ -20,8 +20,9 @@ wall time. The photos are copies of scikit-image's RGB and grayscale sample phot
   against ``hookdump capture --checkpoint``.
 * ``--memory``: hookdump's peak RSS on resnet50 at ``--images-large`` photos against ``--images`` (slow).
 * "hookdump's settings": the bare forward (and the seed's script) run with what ``hookdump`` does to its
-  own process (malloc keeps freed memory for the next batch, ``allocator.keep_freed_memory``; no interpreter
-  teardown at exit, ``shell.exit_now``), so that the hooks, copies and writing are measured alone.
+  own process (malloc keeps freed memory for the next batch, ``allocator.keep_freed_memory``; OpenMP's idle
+  threads spin less, ``openmp.short_spin``; no interpreter teardown at exit, ``shell.exit_now``), so that
+  the hooks, copies and writing are measured alone.
 
     .venv/bin/python scripts/bench_dataset.py [--images 256] [--rounds 3] [--batch 32]
         [--cases resnet,vit,twins] [--memory] [--images-large 2048]
@@ -276,11 +277,13 @@ def twins(args: argparse.Namespace, work: Path) -> None:
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         kind = sys.argv[2]
-        tuned = kind.endswith("+")  # with hookdump's own process settings (allocator.py, shell.exit_now)
+        tuned = kind.endswith("+")  # hookdump's own process settings (allocator.py, openmp.py, exit_now)
         if tuned:
             from hookdump.allocator import keep_freed_memory
+            from hookdump.openmp import short_spin
 
             keep_freed_memory()
+            short_spin()  # before torch is imported
         worker(kind.removesuffix("+"), sys.argv[3:])
         if tuned:  # no interpreter teardown
             sys.stdout.flush()

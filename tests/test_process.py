@@ -1,6 +1,7 @@
 """What the console script does to its own process, through the real ``hookdump`` executable: malloc keeps
-freed memory for the next batch, the checkpoint is hashed while torch imports, and the exit skips the
-interpreter's teardown but still flushes every output and runs the ``atexit`` work."""
+freed memory for the next batch, OpenMP's idle threads spin less, the checkpoint is hashed while torch
+imports, and the exit skips the interpreter's teardown but still flushes every output and runs the
+``atexit`` work."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from hookdump import allocator, digest
+from hookdump import allocator, digest, openmp
 
 EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 
@@ -57,11 +58,13 @@ def probe_net(pretrained=False, **kwargs):
 
 def _probe_capture(tmp_path: Path, *args: str | Path, env: dict[str, str] | None = None):
     """``hookdump capture`` of ``probe_net`` with ``args``, the probe writing into ``tmp_path/probe``;
-    malloc's own variables are left out of the environment unless ``env`` sets them."""
+    malloc's and OpenMP's own variables are left out of the environment unless ``env`` sets them."""
     (tmp_path / "probe").mkdir(exist_ok=True)
     (tmp_path / "probe_plugin.py").write_text(PROBE)
     environment = {
-        k: v for k, v in os.environ.items() if k not in (*allocator.USER_SETTINGS, "GLIBC_TUNABLES")
+        k: v
+        for k, v in os.environ.items()
+        if k not in (*allocator.USER_SETTINGS, "GLIBC_TUNABLES", *openmp.USER_SETTINGS)
     }
     environment |= {"PROBE_DIR": str(tmp_path / "probe"), **(env or {})}
     return subprocess.run(
@@ -99,6 +102,30 @@ def test_malloc_keeps_freed_memory_unless_the_user_set_it(
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "malloc.txt").read_text() == "mmap"
+
+
+LIBGOMP = sys.platform.startswith("linux") and "libgomp" in Path("/proc/self/maps").read_text()
+
+
+@pytest.mark.skipif(not LIBGOMP, reason="GOMP_SPINCOUNT is GNU OpenMP's; this torch does not use it")
+def test_openmp_threads_spin_less_unless_the_user_set_it(tmp_path: Path, chelsea: Path) -> None:
+    def spin_count(env: dict[str, str]) -> str:
+        """What libgomp itself says it read, when the capture process loaded it (OMP_DISPLAY_ENV)."""
+        done = _probe_capture(tmp_path, "-l", "0", chelsea, "-o", tmp_path / "out", "--overwrite",
+                              env={"OMP_DISPLAY_ENV": "VERBOSE", **env})  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stderr.split("GOMP_SPINCOUNT = '")[1].split("'")[0]
+
+    assert spin_count({}) == openmp.SPIN_COUNT == "10000"
+    assert spin_count({"GOMP_SPINCOUNT": "300000"}) == "300000"  # the user's choice is kept
+    assert spin_count({"OMP_WAIT_POLICY": "ACTIVE"}) != openmp.SPIN_COUNT
+    plain = {k: v for k, v in os.environ.items() if k not in openmp.USER_SETTINGS}
+    library = subprocess.run(  # the library, so a user's own process, keeps libgomp's default
+        [sys.executable, "-c", "import hookdump.api, torch; torch.ones(8).sum()"],
+        env={**plain, "OMP_DISPLAY_ENV": "VERBOSE"},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert "GOMP_SPINCOUNT = '300000'" in library.stderr, library.stderr
 
 
 def test_the_exit_still_runs_atexit_work_and_keeps_the_exit_code(tmp_path: Path, chelsea: Path) -> None:
