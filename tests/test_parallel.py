@@ -70,10 +70,16 @@ def test_shards_merged_equal_one_process(cli, tmp_path: Path, single: tuple[Path
         assert result.exit_code == 2 and "is not I/N" in result.stderr
 
 
+def _launcher_env(tmp_path: Path) -> dict[str, str]:
+    """This environment without a rank of its own; torchrun's log folders go to ``tmp_path``, not /tmp."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    return env | {"TMPDIR": str(tmp_path)}
+
+
 def test_two_cpu_ranks_under_torchrun_equal_one_process(tmp_path: Path, single: tuple[Path, Path]) -> None:
     photos, whole = single
     out = tmp_path / "ranks"
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env = _launcher_env(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "hookdump", "capture",
          *ARGS, str(photos), "-o", str(out), "--device", "cpu"],
@@ -90,7 +96,7 @@ def test_a_failing_rank_fails_the_run_with_its_message(tmp_path: Path) -> None:
     (photos / "p05.png").unlink()
     whole = (SKIMAGE_DATA / "rocket.jpg").read_bytes()
     (photos / "p05.jpg").write_bytes(whole[: len(whole) // 3])  # a header that reads, pixels that do not
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env = _launcher_env(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "hookdump", "capture",
          *ARGS, str(photos), "-o", str(tmp_path / "o"), "--device", "cpu"],
