@@ -6,7 +6,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,7 @@ def run(
             behind.close(errors=False)  # the batches already computed still reach the disk
             raise stopped(exc) from None
         finally:
+            batches.close()  # decoding workers exit now, not when the interpreter does
             behind.close(errors=False)
         results = recorder.entries()
         modules = dict(net.named_modules())
@@ -205,16 +206,18 @@ def _recorder(net: torch.nn.Module, found: CapturePlan) -> Recorder:
     )  # fmt: skip
 
 
-def _batches(found: CapturePlan, done: int) -> Iterable[loader.Batch]:
-    """The batches still to run (after ``done`` of them, with --resume)."""
+def _batches(found: CapturePlan, done: int) -> Generator[loader.Batch, None, None]:
+    """The batches still to run (after ``done`` of them, with --resume); close it to stop the workers."""
     opts, source = found.options, found.source
     assert source is not None
     if source.random:
-        return [] if done else [loader.Batch([], random_batch(found.config, source.seed))]
+        if not done:
+            yield loader.Batch([], random_batch(found.config, source.seed))
+        return
     rest = found.paths[done * opts.batch_size :]
     workers = loader.default_workers(len(rest), opts.batch_size) if opts.workers is None else opts.workers
     pin = models.resolve_device(opts.device).type == "cuda"
-    return loader.batches(rest, found.config, opts.batch_size, workers, opts.skip_bad, pin)
+    yield from loader.batches(rest, found.config, opts.batch_size, workers, opts.skip_bad, pin)
 
 
 def _interrupted_text(out: Path, done: int, total: int, writer: sinks.Writer) -> str:

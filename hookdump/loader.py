@@ -92,9 +92,21 @@ def batches(
         collate_fn=_collate,
         pin_memory=pin_memory,
     )
-    for kept, stacked, failures in loader:
-        if failures and not skip_bad:
-            _, message, hint = failures[0]
-            raise InputError(message, hint or None)
-        failed = [{"path": str(paths[i]), "reason": message} for i, message, _ in failures]
-        yield Batch([paths[i] for i in kept], stacked, failed)
+    iterator = iter(loader)
+    try:
+        for kept, stacked, failures in iterator:
+            if failures and not skip_bad:
+                _, message, hint = failures[0]
+                raise InputError(message, hint or None)
+            failed = [{"path": str(paths[i]), "reason": message} for i, message, _ in failures]
+            yield Batch([paths[i] for i in kept], stacked, failed)
+    finally:
+        _stop_workers(iterator)
+
+
+def _stop_workers(iterator: Iterator[Any]) -> None:
+    """Let the workers exit on their own now (they clean up after themselves, e.g. their /tmp/pymp-*
+    folders), rather than be killed by multiprocessing at interpreter exit after Ctrl-C or SIGTERM."""
+    shutdown = getattr(iterator, "_shutdown_workers", None)  # DataLoader's own; absent with workers=0
+    if shutdown is not None:
+        shutdown()

@@ -89,6 +89,16 @@ def test_sigterm_leaves_a_folder_that_says_how_far_it_got(cli, tmp_path: Path) -
     assert "--resume" in (refused.value.hint or "")
 
 
+def test_sigterm_stops_the_decoding_workers_before_exit_leaving_no_temp_folder(cli, tmp_path: Path) -> None:
+    """A worker that multiprocessing kills at exit skips its own clean-up and leaves /tmp/pymp-* behind."""
+    photos, out, tmp = _photos(tmp_path / "photos", 24), tmp_path / "out", tmp_path / "tmp"
+    tmp.mkdir()
+    run = _start(["capture", *SLOW, str(photos), "-o", str(out), "--workers", "1"], TMPDIR=str(tmp))
+    _kill_when(run, out, 6, signal.SIGTERM)
+    assert run.returncode == 143
+    assert sorted(p.name for p in tmp.iterdir()) == []
+
+
 def test_a_resume_with_other_options_or_inputs_is_refused_naming_the_difference(cli, tmp_path: Path) -> None:
     photos, out = _photos(tmp_path / "photos", 24), tmp_path / "out"
     run = _start(["capture", *SLOW, str(photos), "-o", str(out)])
