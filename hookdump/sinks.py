@@ -113,6 +113,8 @@ class Writer:
         self.out = out
         self.needed = needed  # bytes the capture writes in all (``budget.total``), for a full disk's message
         self.formats = formats
+        # Streams that only become .npy files are not read back by this run: they bypass the page cache.
+        self.direct = not {"pt", "safetensors"} & set(formats)
         self.save_dtype = save_dtype
         self.overwrite = overwrite
         self.resume = resume
@@ -169,7 +171,7 @@ class Writer:
         self.resumed["classes"] = [int(c) for line in kept for c in line.split()]
         for state in self.resumed["streams"]:
             key = key_from_json(state["key"])
-            self.streams[key] = NpyStream.reopen(self.scratch, key[0], state)
+            self.streams[key] = NpyStream.reopen(self.scratch, key[0], state, self.direct)
             self.source_dtypes[key] = getattr(torch, state["source_dtype"])
             kept = state.get("stats")
             self.stats[key] = Accumulator.from_state(kept) if isinstance(kept, dict) else None
@@ -244,7 +246,9 @@ class Writer:
         for key, tensor in batch.items():
             if key not in self.streams:  # a stream keeps its first dtype: one check is enough
                 check_save_dtype(self.save_dtype, self.formats, {tensor.dtype})
-                self.streams[key] = NpyStream(self.scratch / f"stream-{len(self.streams)}.npy", key[0])
+                self.streams[key] = NpyStream(
+                    self.scratch / f"stream-{len(self.streams)}.npy", key[0], self.direct
+                )
                 self.source_dtypes[key] = tensor.dtype
                 self.stats[key] = Accumulator()
             saved = _for_saving(tensor, self.save_dtype)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import torch
 
+from .appendfile import AppendFile
 from .errors import LayerError
 from .manifest import inside
 
@@ -22,17 +23,18 @@ HEADER_BYTES = 512  # magic, version, length and the padded header dict: a multi
 class NpyStream:
     """One captured tensor: ``append`` each batch, ``close``, then read it back with ``tensor()``."""
 
-    def __init__(self, path: Path, name: str) -> None:
+    def __init__(self, path: Path, name: str, direct: bool = True) -> None:
         self.path = path
         self.name = name
         self.rows = 0
         self.trailing: tuple[int, ...] | None = None
         self.dtype: torch.dtype | None = None
-        self._file: BinaryIO = path.open("wb")
-        self._file.write(b"\0" * HEADER_BYTES)
+        self._file = AppendFile(path, create=True, direct=direct)
+        with self._file.closed_on_error():
+            self._file.append(bytes(HEADER_BYTES))
 
     @classmethod
-    def reopen(cls, folder: Path, name: str, state: dict[str, Any]) -> NpyStream:
+    def reopen(cls, folder: Path, name: str, state: dict[str, Any], direct: bool = True) -> NpyStream:
         """Continue a stream an interrupted run left (``state()`` says how far it got): keep its rows, drop
         whatever of a later batch reached the file, append from there."""
         stream = cls.__new__(cls)
@@ -43,9 +45,9 @@ class NpyStream:
         row_bytes = (
             int(np.prod(stream.trailing, dtype=np.int64)) * torch.empty(0, dtype=stream.dtype).element_size()
         )
-        stream._file = stream.path.open("r+b")
-        stream._file.truncate(HEADER_BYTES + stream.rows * row_bytes)
-        stream._file.seek(0, 2)
+        stream._file = AppendFile(stream.path, create=False, direct=direct)
+        with stream._file.closed_on_error():
+            stream._file.truncate(HEADER_BYTES + stream.rows * row_bytes)
         return stream
 
     def state(self) -> dict[str, Any]:
@@ -69,8 +71,7 @@ class NpyStream:
                 f" {', '.join(map(str, self.trailing))}) {self.dtype} in another: they cannot be stacked.",
                 "Capture it with --batch-size 1 and inputs of one size, or capture another layer.",
             )
-        self._file.write(_numpy(rows.contiguous()).data)
-        self._file.flush()  # the batch is on its way to disk, not in a buffer of ours
+        self._file.append(_numpy(rows.contiguous()).data)  # in the file when this returns
         self.rows += rows.shape[0]
 
     @property
@@ -85,9 +86,8 @@ class NpyStream:
         header = repr({"descr": descr, "fortran_order": False, "shape": tuple(self.shape)}).encode("latin1")
         length = HEADER_BYTES - 10
         try:
-            self._file.seek(0)
-            self._file.write(
-                b"\x93NUMPY\x01\x00" + struct.pack("<H", length) + header.ljust(length - 1) + b"\n"
+            self._file.write_at(
+                0, b"\x93NUMPY\x01\x00" + struct.pack("<H", length) + header.ljust(length - 1) + b"\n"
             )
         finally:  # closed even when the disk is full, so no descriptor is left open
             self._file.close()
