@@ -5,8 +5,8 @@ writing thread kernel time (pages found, zeroed, copied, later written back and 
 cores the model runs on. Written direct, the disk's controller fetches the bytes from a staging buffer and
 the thread only waits. Whole 4 KiB blocks go direct; the last, partial block is written through the page
 cache as well, so the file always holds every byte appended (a checkpoint can trust it), and is rewritten
-direct, whole, by the next append. Where ``O_DIRECT`` is missing or refused (tmpfs, macOS), every write
-goes through the page cache.
+direct, whole, by the next append. Where ``O_DIRECT`` is missing (macOS) or refused by the file system,
+every write goes through the page cache.
 """
 
 from __future__ import annotations

@@ -78,8 +78,8 @@ def run(
             behind.close(errors=False)  # the batches already computed still reach the disk
             raise stopped(exc) from None
         finally:
-            batches.close()  # decoding workers exit now, not when the interpreter does
             behind.close(errors=False)
+            batches.close()  # decoding workers exit now, not when the interpreter does
         results = recorder.entries()
         modules = dict(net.named_modules())
         for item in results:
