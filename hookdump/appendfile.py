@@ -32,7 +32,6 @@ class AppendFile:
     def __init__(self, path: Path, create: bool, direct: bool = True) -> None:
         """Open ``path`` (``create``: empty, made if missing); ``direct=False`` keeps every write cached,
         for a file that is read back at once."""
-        self.path = path
         flags = os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0)
         self._fd = os.open(path, flags, 0o666)
         self._direct = -1

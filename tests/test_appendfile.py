@@ -25,6 +25,16 @@ def _file_system(path: Path) -> str:
     return found.stdout.strip()
 
 
+def _takes_direct(folder: Path) -> bool:
+    """Whether files in ``folder`` are on a file system known to write O_DIRECT (never a fall-back)."""
+    return bool(appendfile.DIRECT) and _file_system(folder) in DIRECT_FILE_SYSTEMS
+
+
+def _needs_direct(folder: Path) -> None:
+    if not _takes_direct(folder):
+        pytest.skip("no O_DIRECT file system under the test folder")
+
+
 def _chunks(sizes: list[int]) -> list[bytes]:
     rng = np.random.default_rng(0)
     return [rng.integers(0, 256, size, dtype=np.uint8).tobytes() for size in sizes]
@@ -56,7 +66,7 @@ def test_every_appended_byte_is_in_the_file_direct_or_not(where: str, direct: bo
             expected += chunk
             assert path.read_bytes() == expected  # at every step: what a checkpoint would trust
             assert file.size == len(expected)
-        if direct and appendfile.DIRECT and _file_system(folder) in DIRECT_FILE_SYSTEMS:
+        if direct and _takes_direct(folder):
             assert file.direct  # every block went direct, no fall-back
         elif not direct:
             assert not file.direct
@@ -88,8 +98,7 @@ def test_a_block_size_the_file_system_refuses_falls_back_to_the_page_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Opened direct but a write refused (EINVAL, as for a disk with larger blocks): the rest goes cached."""
-    if not appendfile.DIRECT or _file_system(tmp_path) not in DIRECT_FILE_SYSTEMS:
-        pytest.skip("no O_DIRECT file system under the test folder")
+    _needs_direct(tmp_path)
     monkeypatch.setattr(appendfile, "BLOCK", 1000)  # no disk has 1000-byte blocks: the kernel says EINVAL
     path = tmp_path / "stream.npy"
     file = AppendFile(path, create=True)
@@ -112,13 +121,11 @@ def _cached_pages(path: Path) -> float:
         vector = (ctypes.c_ubyte * pages)()
         assert libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(size), vector) == 0, ctypes.get_errno()
         resident = sum(v & 1 for v in vector)
-        del address
     return resident / pages
 
 
 def test_a_direct_file_stays_out_of_the_page_cache(tmp_path: Path) -> None:
-    if not appendfile.DIRECT or _file_system(tmp_path) not in DIRECT_FILE_SYSTEMS:
-        pytest.skip("no O_DIRECT file system under the test folder")
+    _needs_direct(tmp_path)
     data = _chunks([32 << 20])[0]
     shares = {}
     for direct in (True, False):
@@ -135,8 +142,7 @@ def test_a_capture_to_npy_leaves_its_files_out_of_the_page_cache_and_one_read_ba
     cli, tmp_path: Path
 ) -> None:
     """Streams that only become .npy files go direct; with .pt they are read back at once, so cached."""
-    if not appendfile.DIRECT or _file_system(tmp_path) not in DIRECT_FILE_SYSTEMS:
-        pytest.skip("no O_DIRECT file system under the test folder")
+    _needs_direct(tmp_path)
     shares = {}
     for formats in ("npy", "npy,pt"):
         out = tmp_path / formats.replace(",", "-")
