@@ -183,6 +183,7 @@ def plan(
         drops = attention.targets(targets, found, name.requested)
         targets += [layers.LayerTarget(drop) for drop in drops]
         save_as = {drop: (owner, "attn") for drop, owner in drops.items()}
+        notes += attention.notes(drops, found)
         notes.append(
             f"--attention: fused attention turned off in {max(unfused, default=0)} module(s) (the same math,"
             f" step by step); the weights of {len(drops)} attention module(s) are saved as <module>.attn"
