@@ -178,6 +178,7 @@ def plan(
     class_token = getattr(typed, "cls_token", None) is not None  # timm's ViT family: None without one
     shapes = {t.path: found.get(t.path).output_shapes for t in targets}  # type: ignore[union-attr]
     notes = resolved + reduce.check(opts.reduce, shapes, class_token)
+    layouts.check_reduce(opts.reduce, shapes)
     save_as: dict[str, tuple[str, str]] = {}
     if opts.attention:
         drops = attention.targets(targets, found, name.requested)
