@@ -178,11 +178,13 @@ def plan(
     class_token = getattr(typed, "cls_token", None) is not None  # timm's ViT family: None without one
     shapes = {t.path: found.get(t.path).output_shapes for t in targets}  # type: ignore[union-attr]
     notes = resolved + reduce.check(opts.reduce, shapes, class_token)
+    layouts.check_reduce(opts.reduce, shapes)
     save_as: dict[str, tuple[str, str]] = {}
     if opts.attention:
         drops = attention.targets(targets, found, name.requested)
         targets += [layers.LayerTarget(drop) for drop in drops]
         save_as = {drop: (owner, "attn") for drop, owner in drops.items()}
+        notes += attention.notes(drops, found)
         notes.append(
             f"--attention: fused attention turned off in {max(unfused, default=0)} module(s) (the same math,"
             f" step by step); the weights of {len(drops)} attention module(s) are saved as <module>.attn"

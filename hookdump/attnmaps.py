@@ -19,6 +19,7 @@ square grid.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -41,16 +42,29 @@ def grid_side(tokens: int, what: str) -> int:
     return side
 
 
-def check_global(shape: tuple[int, ...], images: int | None) -> None:
-    """Refuse what is not ``(N, heads, L, S)`` attention of whole images (Swin's windows: ``N * windows``
-    rows for ``images`` images)."""
+def check_global(shape: tuple[int, ...], images: int | None, windows: dict[str, Any] | None = None) -> None:
+    """Refuse what is not ``(N, heads, L, S)`` attention of whole images: Swin's windows (``N * windows``
+    rows for ``images`` images, ``windows`` as the manifest records them), Twins' locally-grouped windows
+    (five axes), anything else."""
+    if len(shape) == 5:
+        why = (
+            f"it is attention within local windows, (N, windows, heads, w*w, w*w): {shape[1]} windows of"
+            f" {shape[3]} tokens per image (Twins' LocallyGroupedAttn)"
+        )
+        raise NoMap(
+            _WINDOWED.format(shape=shape, why=why),
+            "Pick a global-attention layer (Twins: the odd blocks of a stage, GlobalSubSampleAttn, e.g."
+            " blocks.0.1.attn).",
+        )
     if len(shape) != 4:
         raise NoMap(
             f"A tensor of shape {shape} is not attention weights (N, heads, L, S).",
             "Pass a <module>.attn file written by capture --attention (without --reduce).",
         )
-    if images is not None and shape[0] != images:
-        why = f"its first axis holds {shape[0]} rows for {images} image(s) (windows, as in Swin)"
+    per_image = int(windows["per_image"]) if windows else None
+    if per_image or (images is not None and shape[0] != images):
+        rows = f"{per_image} windows per image" if per_image else f"{shape[0]} rows for {images} image(s)"
+        why = f"its first axis holds {rows} (windows, as in Swin)"
         raise NoMap(_WINDOWED.format(shape=shape, why=why), "Pick a global-attention layer.")
 
 

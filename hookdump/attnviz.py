@@ -44,8 +44,8 @@ def rollout_of(tensors: list[Loaded], index: int) -> tuple[Array, str, list[Load
         )
     for tensor in attention:
         shape = tuple(int(n) for n in tensor.array.shape)
-        check_global(shape, tensor.images)
-        check_index(shape, index)
+        check_global(shape, tensor.images, tensor.windows)
+        check_index(tensor.count, index)
     prefix, cls = attention[0].prefix_tokens or 0, attention[0].class_token
     layers = [tensor.image(index).astype(np.float64) for tensor in attention]
     result = rollout(layers, prefix, cls).astype(np.float32)

@@ -38,7 +38,10 @@ def per_layer(
         calls = 1 if target.call is not None else max(info.calls or 1, 1)
         leaves: list[list[int]] = []
         if opts.what in ("output", "both"):
-            leaves += info.output_shapes * (2 if opts.grad else 1)
+            outputs = [
+                s for n, s in enumerate(info.output_shapes) if target.elements is None or n in target.elements
+            ]
+            leaves += outputs * (2 if opts.grad else 1)
         if opts.what in ("input", "both"):
             leaves += info.input_shapes
         per_row = sum(

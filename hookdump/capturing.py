@@ -83,9 +83,7 @@ def run(
         results = recorder.entries()
         modules = dict(net.named_modules())
         for item in results:
-            shape = writer.streams[item.key].shape
-            last = item.layer in found.channels_last
-            item.layout = layouts.layout(shape, item.kind, last, modules.get(item.layer))
+            layouts.record(item, writer.streams[item.key].shape, found, modules)
         notes = (
             found.tree.notes + weight_notes + found.notes + writer.notes + _capture_notes(recorder, results)
         )

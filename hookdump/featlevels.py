@@ -1,21 +1,21 @@
-"""timm's feature levels (``feature_info``, what ``features_only=True`` returns) as module paths: ``feat:K``.
+"""timm's feature levels (``feature_info``) as module paths: ``feat:K``.
 
-timm names each level's module in ``model.feature_info``. Most names are modules whose output *is* the
-feature (timm hooks them, or runs the model up to them). Some are not: Twins says ``block.K`` (no such
-module), CoaT names the ``serial_blocksN`` / ``parallel_blocks`` lists (containers, never called), HRNet says
-``stem`` (no module) and ``stageN`` (a real module, but not the feature: that is the head's
-``incre_modules``). Those families are mapped here from their own ``forward_intermediates`` /
-``features_only`` code, and every family the tests cover was checked value for value against
-``timm.create_model(name, features_only=True)``. A level that cannot be mapped is refused, never guessed.
+``feat:K`` is level K of the model's ``feature_info`` (all the levels it declares), which is what
+``timm.create_model(name, features_only=True, out_indices=(K,))`` returns; a plain ``features_only=True``
+may leave levels out (ViTs return their last three). timm names each level's module. Most names are
+modules whose output *is* the feature (timm hooks them, or runs the model up to them). Some are not (Twins,
+CoaT, HRNet, MViTv2, Hiera): those families are mapped in :mod:`hookdump.featrules` from their own code,
+and every family the tests cover was checked value for value against timm's features model. A level that
+cannot be mapped is refused, never guessed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import LayerError, UsageError
+from .featrules import RULES, Found, annotate, by_name
 
 if TYPE_CHECKING:
     from .inventory import Inventory
@@ -69,12 +69,6 @@ class FeatureLevel:
         )
 
 
-@dataclass(frozen=True)
-class _Found:
-    path: str
-    element: int | None = None
-
-
 def read(model: Any) -> list[dict[str, Any]] | None:
     """A model's ``feature_info`` as a list of dicts (timm keeps a list, or a ``FeatureInfo``); None when it
     has none, or one without a module name, channels and stride for every level (a plugin's, say)."""
@@ -89,7 +83,10 @@ def read(model: Any) -> list[dict[str, Any]] | None:
         ]
     except (KeyError, TypeError, ValueError):
         return None
-    return found if found and all(d["reduction"] > 0 for d in found) else None
+    if not found or not all(d["reduction"] > 0 for d in found):
+        return None
+    annotate(model, found)
+    return found
 
 
 def mark(inventory: Inventory) -> None:
@@ -105,7 +102,7 @@ def mark(inventory: Inventory) -> None:
 
 def levels(inventory: Inventory) -> list[FeatureLevel]:
     """Every level of ``inventory.feature_info``, each resolved to a module or refused with why."""
-    rule = _RULES.get(inventory.root_type, _by_name)
+    rule = RULES.get(inventory.root_type, by_name)
     found = []
     for index, info in enumerate(inventory.feature_info or []):
         base = FeatureLevel(index, info["module"], info["num_chs"], info["reduction"])
@@ -114,7 +111,7 @@ def levels(inventory: Inventory) -> list[FeatureLevel]:
 
 
 def _checked(
-    level: FeatureLevel, info: dict[str, Any], found: _Found | str, inventory: Inventory
+    level: FeatureLevel, info: dict[str, Any], found: Found | str, inventory: Inventory
 ) -> FeatureLevel:
     """The level with its module, layout and any problem (a module that never runs, a shape that is off)."""
     if info.get("hook_type") == "forward_pre":
@@ -173,67 +170,10 @@ def _layout(
 
 
 def _near(side: int, size: int, reduction: int) -> bool:
-    """Whether ``side`` is what ``size`` becomes at ``1/reduction``, give or take unpadded borders."""
-    return size / reduction / 1.5 <= side <= -(-size // reduction)
-
-
-# --- where each family's levels come from ------------------------------------------------------------
-
-Rule = Callable[[int, str, "Inventory"], "_Found | str"]
-
-
-def _by_name(index: int, name: str, inventory: Inventory) -> _Found | str:
-    """timm's default: the named module's output (FeatureListNet, FeatureHooks, forward_intermediates)."""
-    module = inventory.get(name)
-    if module is None:
-        return f"timm names `{name}`, not a module of {inventory.root_type}, and hookdump has no rule for it"
-    if module.container:
-        return f"timm names `{name}`, a {module.type} (never called), and hookdump has no rule for it"
-    return _Found(name)
-
-
-def _twins(index: int, name: str, inventory: Inventory) -> _Found | str:
-    """``block.K``: stage K's tokens after its last block, or after its PosConv when the stage has one block
-    (``Twins.forward_intermediates`` runs ``pos_block[K]`` right after block 0)."""
-    number = name.removeprefix("block.")
-    stage = inventory.get(f"blocks.{number}")
-    if not name.startswith("block.") or stage is None or not stage.children:
-        return _by_name(index, name, inventory)
-    return _Found(f"pos_block.{number}" if len(stage.children) == 1 else stage.children[-1])
-
-
-def _coat(index: int, name: str, inventory: Inventory) -> _Found | str:
-    """``serial_blocksN``: its last block's tokens; ``parallel_blocks``: output ``index`` of the last parallel
-    block, which returns the four scales (``CoaT.forward_intermediates``)."""
-    group = inventory.get(name)
-    if group is None or not group.container or not group.children:
-        return _by_name(index, name, inventory)
-    return _Found(group.children[-1], index if name == "parallel_blocks" else None)
-
-
-def _hrnet(index: int, name: str, inventory: Inventory) -> _Found | str:
-    """``stem``: the first conv's activation ``act1`` (stride 2); ``stageN``: ``incre_modules[N-1]``, the
-    head's channel increase applied to branch N (``HighResolutionNetFeatures.forward``)."""
-    if name == "stem" and index == 0:
-        return _Found("act1")
-    incre = f"incre_modules.{index - 1}"
-    if name == f"stage{index}" and inventory.get(incre) is not None:
-        return _Found(incre)
-    return (
-        f"timm's `{name}` of HighResolutionNet is not a module output hookdump can name without incre_modules"
-    )
-
-
-def _hiera(index: int, name: str, inventory: Inventory) -> _Found | str:
-    """Hiera's blocks keep their tokens unrolled (mask units first); ``forward_intermediates`` rerolls them
-    into a map, which no module returns."""
-    return (
-        f"Hiera's `{name}` returns its tokens in unrolled (mask-unit) order; timm rerolls them into the map"
-        " outside any module, so no module's output equals this level"
-    )
-
-
-_RULES: dict[str, Rule] = {"Twins": _twins, "CoaT": _coat, "HighResolutionNet": _hrnet, "Hiera": _hiera}
+    """Whether ``side`` is what ``size`` becomes at ``1/reduction``, give or take unpadded borders: each
+    unpadded conv loses a few pixels, a large share of a small map (Inception at 160 px: 3, not 5, at
+    1/32)."""
+    return size / reduction / 1.5 - 2 <= side <= -(-size // reduction)
 
 
 # --- feat:K specs ------------------------------------------------------------------------------------
@@ -245,6 +185,25 @@ def is_spec(spec: str) -> bool:
 
 def select(spec: str, inventory: Inventory, model_label: str, notes: list[str] | None = None) -> list[str]:
     """The module paths ``feat:K`` / ``feat:*`` names; errors name the levels the model has."""
+    return list(
+        dict.fromkeys(level.path for level in _chosen(spec, inventory, model_label, notes) if level.path)
+    )
+
+
+def elements(spec: str, inventory: Inventory, model_label: str) -> dict[str, frozenset[int] | None]:
+    """For each module ``spec`` names, which of its output tensors the levels are (None: all of them), so
+    that ``feat:-1`` of CoaT writes the one scale it asks for, not the tuple's other three."""
+    found: dict[str, frozenset[int] | None] = {}
+    for level in _chosen(spec, inventory, model_label, None):
+        if level.path is None:
+            continue
+        have = found.get(level.path, frozenset())
+        found[level.path] = None if level.element is None or have is None else have | {level.element}
+    return found
+
+
+def _chosen(spec: str, inventory: Inventory, model_label: str, notes: list[str] | None) -> list[FeatureLevel]:
+    """The levels ``feat:K`` / ``feat:*`` names that can be captured (see :func:`select`)."""
     wanted = spec.strip()[len(PREFIX) :].strip()
     found = inventory.levels
     if not found:
@@ -253,12 +212,12 @@ def select(spec: str, inventory: Inventory, model_label: str, notes: list[str] |
             f"Pass module paths instead; `hookdump list-modules {model_label}` shows them.",
         )
     if wanted == "*":
-        good = [level for level in found if level.problem is None]
+        good = [level for level in found if level.problem is None and level.path]
         if not good:
             raise _refusal(spec, found[0], model_label)
         for level in found:
             _note(notes, level, model_label)
-        return [level.path for level in good if level.path]
+        return good
     try:
         index = int(wanted)
     except ValueError:
@@ -274,7 +233,7 @@ def select(spec: str, inventory: Inventory, model_label: str, notes: list[str] |
     if level.problem is not None or level.path is None:
         raise _refusal(spec, level, model_label)
     _note(notes, level, model_label)
-    return [level.path]
+    return [level]
 
 
 def table(found: list[FeatureLevel]) -> str:

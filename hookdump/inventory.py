@@ -34,7 +34,7 @@ class ModuleInfo:
     output_shapes: list[list[int]] = field(default_factory=list)
     input_shapes: list[list[int]] = field(default_factory=list)  # positional tensor inputs, first call
     finished: int | None = None  # when its last call returned, counted in module returns of the traced pass
-    fused_attention: bool = False  # an attn_drop whose attention module runs fused (so it never runs)
+    fused_attention: bool = False  # attn_drop (or softmax) of an attention module run fused: never runs
     feature_levels: list[int] = field(default_factory=list)  # the timm feature levels (feat:K) it gives
 
     @property
@@ -126,9 +126,11 @@ def describe(model: nn.Module, input_size: tuple[int, ...]) -> Inventory:
         if name
     ]
     fused = {
-        f"{name}.{ATTN_DROP}"
+        f"{name}.{child}"
         for name, module in model.named_modules()
         if getattr(module, "fused_attn", 0) is True
+        for child, part in module.named_children()
+        if child == ATTN_DROP or isinstance(part, nn.Softmax)  # DaViT's WindowAttention: a softmax child
     }
     for info in modules:
         info.fused_attention = info.name in fused

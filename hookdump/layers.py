@@ -18,10 +18,12 @@ _GLOB_CHARS = set("*?[")
 
 @dataclass(frozen=True)
 class LayerTarget:
-    """A concrete module path to hook, and which call of it (None: every call)."""
+    """A concrete module path to hook, which call of it (None: every call) and which of its output tensors
+    (None: all; ``feat:K`` of a tuple's element keeps that one)."""
 
     path: str
     call: int | None = None
+    elements: frozenset[int] | None = None
 
 
 def normalize(spec: str) -> str:
@@ -110,9 +112,20 @@ def resolve(
             calls = inventory.get(path).calls  # type: ignore[union-attr]
             if call is not None and calls is not None and call >= calls:
                 raise call_out_of_range(path, call, calls)
-            targets.setdefault(f"{path}@{call}", LayerTarget(path, call))
+            parts = featlevels.elements(body, inventory, model_label) if featlevels.is_spec(body) else {}
+            targets[f"{path}@{call}"] = _joined(
+                targets.get(f"{path}@{call}"), LayerTarget(path, call, parts.get(path))
+            )
     order = {name: i for i, name in enumerate(inventory.names)}
     return sorted(targets.values(), key=lambda t: (order[t.path], -1 if t.call is None else t.call))
+
+
+def _joined(old: LayerTarget | None, new: LayerTarget) -> LayerTarget:
+    """One target asked for twice: every output tensor either asks for."""
+    if old is None:
+        return new
+    both = None if old.elements is None or new.elements is None else old.elements | new.elements
+    return LayerTarget(new.path, new.call, both)
 
 
 def call_out_of_range(path: str, call: int, calls: int) -> LayerError:

@@ -13,12 +13,24 @@ switch to channels-last between their depthwise conv and their MLP. A shape alon
 * anything else follows the model's ``output_fmt`` (channels-first when it has none).
 
 The layout names a tensor's axes, as recorded in the manifest: ``NCHW``, ``NHWC``, ``NLC`` (tokens),
-``NCL`` (1-D convs), ``NC`` (vectors, and pooled ``--reduce`` maps), ``attn`` (``(N, heads, L, L)``).
+``NCL`` (1-D convs), ``NC`` (vectors, and pooled ``--reduce`` maps), ``attn`` (``(N, heads, L, L)``), and
+``windows``: a first axis of several rows per image (Swin's and DaViT's window attention,
+``(N * windows, w*w, C)``), told by the batch-of-one trace, whose first axis is then the rows per image. Such
+a tensor (and windowed ``attn``) gets a ``windows`` record: ``per_image``, and where the enclosing block says
+(Swin: ``window_size``, ``shift_size``, ``input_resolution``) the window ``size``, the ``map`` and ``shift``.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from torch import nn
+
+from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .records import Captured
+    from .results import CapturePlan
 
 _CHANNELS_FIRST = (nn.Conv2d, nn.ConvTranspose2d, nn.BatchNorm2d, nn.GroupNorm, nn.InstanceNorm2d,
                    nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d)  # fmt: skip
@@ -60,3 +72,63 @@ def layout(shape: list[int], kind: str, channels_last: bool, module: nn.Module |
     if len(shape) == 2:
         return "NC"
     return None
+
+
+def record(item: Captured, shape: list[int], found: CapturePlan, modules: dict[str, nn.Module]) -> None:
+    """Set ``item.layout`` (and ``item.windows`` for windowed tensors) from its saved ``shape``."""
+    item.layout = layout(shape, item.kind, item.layer in found.channels_last, modules.get(item.layer))
+    per_image = _traced_rows(item, found)
+    if per_image > 1 and shape and shape[0] % per_image == 0:
+        item.windows = {"per_image": per_image, **_geometry(item.layer, modules, per_image)}
+        if item.layout != "attn":
+            item.layout = "windows"
+
+
+def _traced_rows(item: Captured, found: CapturePlan) -> int:
+    """The first axis of this tensor in the batch-of-one trace: 1 for a tensor of images, the windows per
+    image for a windowed one (1 when the trace does not tell)."""
+    inventory = found.tree.inventory
+    path = item.layer
+    if item.kind == "attn":
+        path = next((child for child, (owner, _) in found.save_as.items() if owner == item.layer), path)
+    info = inventory.get(path)
+    if info is None:
+        return 1
+    shapes = info.input_shapes if item.kind == "input" else info.output_shapes
+    firsts = {s[0] for s in shapes if s}
+    return firsts.pop() if len(firsts) == 1 else 1
+
+
+def _geometry(path: str, modules: dict[str, nn.Module], per_image: int) -> dict[str, Any]:
+    """Where each window lies, from the nearest enclosing block that partitions its map into windows (Swin's
+    ``SwinTransformerBlock``); empty when none says, or when its windows do not tile ``per_image`` times."""
+    parts = path.split(".")
+    for end in range(len(parts), 0, -1):
+        block = modules.get(".".join(parts[:end]))
+        size = getattr(block, "window_size", None)
+        shift = getattr(block, "shift_size", None)
+        grid = getattr(block, "input_resolution", None)
+        if not all(isinstance(v, (tuple, list)) and len(v) == 2 for v in (size, shift, grid)):
+            continue
+        (wh, ww), (h, w) = size, grid  # type: ignore[misc]
+        if -(-h // wh) * -(-w // ww) == per_image:
+            return {"size": [int(wh), int(ww)], "map": [int(h), int(w)], "shift": [int(v) for v in shift]}  # type: ignore[union-attr]
+        return {}
+    return {}
+
+
+def check_reduce(how: str, shapes: dict[str, list[list[int]]]) -> None:
+    """``--reduce`` pools each row of a tensor: refuse it for windowed tensors (several rows per image in the
+    batch-of-one trace), which would give one vector per window, not per image."""
+    if how == "none":
+        return
+    for name, leaves in shapes.items():
+        rows = next((s[0] for s in leaves if s and s[0] > 1), None)
+        if rows is not None:
+            shape = tuple(next(s for s in leaves if s and s[0] == rows))
+            raise UsageError(
+                f"--reduce {how} pools each row, and `{name}` holds {rows} rows per image ({shape} for one"
+                " image: windows, as in Swin): it would give one vector per window, not one per image.",
+                f"Capture `{name}` without --reduce (its file records the windows), or reduce the block"
+                " around it, whose output is the whole map.",
+            )

@@ -7,6 +7,8 @@
   With the manifest's ``model.num_prefix_tokens`` (class, distillation, register tokens), that many tokens
   are dropped first (``L`` itself is used when it is a square and ``L - prefix`` is not); without it, ``L``
   or ``L - 1`` (a class token) must be a perfect square. Anything else is refused.
+* ``windows`` (Swin's windows: ``per_image`` rows per image, as the manifest records): one image's windows
+  put back on its map (:mod:`hookdump.windows`), or refused where the capture did not record where they lie.
 * Vectors ``(N, K)``, other ranks and empty tensors hold no map: refused (:class:`NoMap`, exit 4).
 """
 
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import NoMap, UsageError
+from .windows import not_per_image, unwindow
 
 if TYPE_CHECKING:
     from .tensorfile import Array, Loaded
@@ -32,12 +35,12 @@ class Maps:
     layout: str
 
 
-def check_index(shape: tuple[int, ...], index: int) -> None:
-    """A UsageError unless image ``index`` is in the batch."""
-    if not 0 <= index < shape[0]:
+def check_index(count: int, index: int) -> None:
+    """A UsageError unless image ``index`` is one of the ``count`` images the tensor holds."""
+    if not 0 <= index < count:
         raise UsageError(
-            f"--index {index} is out of range: the tensor holds {shape[0]} image(s).",
-            f"Use --index 0 to {shape[0] - 1}, or --index all.",
+            f"--index {index} is out of range: the tensor holds {count} image(s).",
+            f"Use --index 0 to {count - 1}, or --index all." if count > 1 else "Use --index 0.",
         )
 
 
@@ -52,6 +55,12 @@ def feature_maps(loaded: Loaded, index: int) -> Maps:
         )
     if loaded.layout == "attn":
         return _attention(loaded, shape, index)
+    if loaded.windows:
+        check_index(loaded.count, index)
+        maps, how = unwindow(loaded, index)
+        return Maps(maps, how)
+    if (refused := not_per_image(loaded)) is not None:
+        raise refused
     if len(shape) not in (3, 4):
         what = "a vector per image" if len(shape) == 2 else f"{len(shape)} dimensions"
         raise NoMap(
@@ -59,7 +68,7 @@ def feature_maps(loaded: Loaded, index: int) -> Maps:
             "show draws (N, C, H, W) feature maps and (N, L, C) tokens on a square grid; pick a layer whose"
             " output is spatial (`hookdump list-modules` shows the output shapes).",
         )
-    check_index(shape, index)
+    check_index(loaded.count, index)
     item = loaded.image(index)
     if len(shape) == 4:
         if loaded.layout == "NHWC":
@@ -73,8 +82,8 @@ def _attention(loaded: Loaded, shape: tuple[int, ...], index: int) -> Maps:
     """Attention weights ``(N, heads, L, S)`` -> one map per head over the patch grid (:mod:`attnmaps`)."""
     from .attnmaps import check_global, head_maps
 
-    check_global(shape, loaded.images)
-    check_index(shape, index)
+    check_global(shape, loaded.images, loaded.windows)
+    check_index(loaded.count, index)
     prefix = loaded.prefix_tokens or 0
     maps = head_maps(loaded.image(index), prefix, loaded.class_token).astype(np.float32)
     side = f"{maps.shape[1]}x{maps.shape[2]}"

@@ -145,7 +145,13 @@ def _append(writer: Writer, entry: dict[str, Any], array: Any) -> None:
 def _captured(stem: str, entry: dict[str, Any], captures: list[Any]) -> Captured:
     """The record ``commit`` names files from: ``calls_per_forward`` only matters for the ``@k`` in names."""
     record = Captured(
-        entry["layer"], entry["kind"], entry["index"], entry["call"], 1, layout=entry.get("layout")
+        entry["layer"],
+        entry["kind"],
+        entry["index"],
+        entry["call"],
+        1,
+        layout=entry.get("layout"),
+        windows=entry.get("windows"),
     )
     if record.stem != stem:
         record.calls_per_forward = 2

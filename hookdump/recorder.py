@@ -69,6 +69,7 @@ class Recorder:
         self.what = what
         self.grad = grad
         self.selected: dict[str, set[int] | None] = {}
+        self.elements = _elements(targets)
         for target in targets:
             calls = self.selected.get(target.path, set())
             self.selected[target.path] = (
@@ -165,7 +166,11 @@ class Recorder:
             self.calls[path] += 1
             layer, kind = self.save_as.get(path, (path, "output"))
             if (self.what in ("output", "both") or kind != "output") and self._wanted(path, call):
-                for index, leaf in leaves(output):
+                found = leaves(output)
+                if path in self.elements:  # feat:K of one tensor of a tuple: that one only
+                    tensors = [item for item in found if isinstance(item[1], torch.Tensor)]
+                    found = [item for n, item in enumerate(tensors) if n in self.elements[path]]
+                for index, leaf in found:
                     self._keep((layer, kind, index, call), leaf)
             if path in self._stop_in_target:
                 self._stop_if_done()
@@ -282,3 +287,12 @@ class Recorder:
             )
             for path, kind, index, call in keys
         ]
+
+
+def _elements(targets: list[LayerTarget]) -> dict[str, frozenset[int]]:
+    """The layers of which only some output tensors are wanted (``LayerTarget.elements``)."""
+    wanted: dict[str, frozenset[int] | None] = {}
+    for target in targets:
+        have = wanted.get(target.path, frozenset())
+        wanted[target.path] = None if target.elements is None or have is None else have | target.elements
+    return {path: chosen for path, chosen in wanted.items() if chosen is not None}

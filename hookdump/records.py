@@ -19,6 +19,7 @@ class Captured:
     calls_per_forward: int
     modified_in_place: bool = False
     layout: str | None = None  # the axes as saved: NCHW, NHWC, NLC, NC, ... (``layouts.layout``)
+    windows: dict[str, Any] | None = None  # layout windows: rows per image, geometry (``layouts.record``)
 
     @property
     def key(self) -> Key:

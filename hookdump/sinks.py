@@ -46,11 +46,12 @@ class SavedTensor:
     modified_in_place_after_hook: bool = False
     key: str | None = None
     stats: dict[str, Any] | None = None  # min, max, mean, std, zeros, nan, inf of the saved values
-    layout: str | None = None  # the axes: NCHW, NHWC, NLC, NC, attn (``layouts.layout``)
+    layout: str | None = None  # the axes: NCHW, NHWC, NLC, NC, attn, windows (``layouts.layout``)
+    windows: dict[str, Any] | None = None  # windowed tensors: rows per image, geometry (``layouts.record``)
 
     def as_dict(self) -> dict[str, Any]:
         entry = dict(vars(self))
-        for name in ("key", "stats", "layout"):
+        for name in ("key", "stats", "layout", "windows"):
             if entry[name] is None:
                 del entry[name]
         return entry
@@ -300,6 +301,7 @@ class Writer:
                 key=item.stem if fmt == "safetensors" else None,
                 stats=self._stats(item.key),
                 layout=item.layout,
+                windows=item.windows,
             )
             for item, stream in zip(entries, streams, strict=True)
             for fmt in self.formats

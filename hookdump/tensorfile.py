@@ -74,6 +74,19 @@ class Loaded:
         return len((self.manifest or {}).get("inputs") or []) or None
 
     @property
+    def windows(self) -> dict[str, Any] | None:
+        """The manifest's ``windows`` record (``per_image``; ``size``, ``map``, ``shift`` where known) of a
+        tensor whose first axis holds several rows per image (Swin's windows), else None."""
+        value = (self.entry or {}).get("windows")
+        return value if isinstance(value, dict) and int(value.get("per_image", 1)) > 1 else None
+
+    @property
+    def count(self) -> int:
+        """How many images the tensor holds: its rows, or its rows over the windows per image."""
+        per_image = int(self.windows["per_image"]) if self.windows else 1
+        return len(self.array) // per_image
+
+    @property
     def class_token(self) -> bool:
         """Whether the first prefix token is a class token (the manifest's ``model.class_token``; captures
         from before it was recorded: when there are prefix tokens)."""

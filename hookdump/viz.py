@@ -72,7 +72,7 @@ def show_many(
         return _rollout(loaded, index, options, output)
     if options.gradcam:
         loaded = [t for t in loaded if not is_gradient(t)] or loaded
-    jobs = [(t, i) for t in loaded for i in (range(len(t.array)) if index is None else [index])]
+    jobs = [(t, i) for t in loaded for i in (range(t.count) if index is None else [index])]
     file, folder = _destination(output, len(jobs))
     outs = [file or default_output(t, options, None if index is not None else i, folder) for t, i in jobs]
     _no_clashes(outs)
@@ -121,7 +121,7 @@ def _rollout(loaded: list[Loaded], index: int | None, style: Style, output: Path
     """``--rollout``: one picture per image of the rollout through every attention tensor given."""
     from .attnviz import rollout_of
 
-    images = range(len(loaded[0].array)) if index is None and loaded else [index or 0]
+    images = range(loaded[0].count) if index is None and loaded else [index or 0]
     file, folder = _destination(output, len(images))
     rendered = []
     staged = _Staged()

@@ -9,8 +9,8 @@ turn the switch off with ``hookdump.attention.unfuse`` and trace one forward on 
 input size, then sort the architecture into one of three classes:
 
   a  no module has a ``fused_attn`` attribute (no timm attention module to unfuse)
-  b  every ``fused_attn`` module has an ``attn_drop`` child that fires after unfusing: --attention captures
-     the softmax weights of all of them
+  b  every ``fused_attn`` module has an ``attn_drop`` child (or an ``nn.Softmax`` one of 4-D output) that
+     fires after unfusing: --attention captures the softmax weights of all of them
   c  some ``fused_attn`` module has no ``attn_drop`` child, or its ``attn_drop`` does not fire after
      unfusing: that attention class has no unfused path hookdump can capture (the classes are named)
 
@@ -99,8 +99,12 @@ def check(args: tuple[str, str, int]) -> dict[str, Any]:
             drop_path = f"{path}.{inventory.ATTN_DROP}" if path else inventory.ATTN_DROP
             own = found.get(path) if path else None
             drop = found.get(drop_path)
-            if mod._modules.get(inventory.ATTN_DROP) is None or drop is None:
-                problem: str | None = NO_CHILD
+            softmax = attention.weights_child(path, found) if path and drop is None else None
+            if softmax is not None:  # no attn_drop, an nn.Softmax child that outputs the weights (DaViT)
+                problem: str | None = None
+                entry.setdefault("shape", found.get(softmax).output_shapes[0])  # type: ignore[union-attr]
+            elif mod._modules.get(inventory.ATTN_DROP) is None or drop is None:
+                problem = NO_CHILD
             elif drop.fires:
                 problem = None
                 entry.setdefault("shape", drop.output_shapes[0] if drop.output_shapes else None)

@@ -195,10 +195,9 @@ def test_a_level_no_module_gives_is_refused_not_guessed(cli) -> None:
     assert seen[0].shape[1:] == (want.shape[2] * want.shape[3], want.shape[1])
     # it fits a reshape, but the tokens are in another order
     assert not torch.allclose(as_map(seen[0], want), want, atol=1e-3)
-    for spec in ("feat:0", "feat:*"):
-        result = cli("capture", "-m", "hiera_tiny_224", "-l", spec, "--random-input", "--dry-run")
-        assert result.exit_code == 3
-        assert f"`{spec}` of hiera_tiny_224 cannot be captured exactly: Hiera's `blocks.0`" in result.stderr
+    result = cli("capture", "-m", "hiera_tiny_224", "-l", "feat:0", "--random-input", "--dry-run")
+    assert result.exit_code == 3
+    assert "`feat:0` of hiera_tiny_224 cannot be captured exactly: Hiera's `blocks.0`" in result.stderr
     # unpadded convs make Inception's maps a little smaller than H/reduction: still its levels
     result = cli("capture", "-m", "inception_v3", "-l", "feat:*", "--random-input", "--dry-run")
     assert result.exit_code == 0, result.stderr
