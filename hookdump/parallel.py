@@ -15,14 +15,16 @@ from typing import Any
 
 import torch
 
-from .errors import HookdumpError, InputError, UsageError
+from .errors import HookdumpError, InputError, Interrupted, UsageError
+from .inputs import skipped_note
 from .manifest import MANIFEST, entry_stem
-from .outdir import read_manifest
+from .outdir import read_manifest, read_progress
 from .records import Captured, key_from_json
 from .sinks import SavedTensor, Writer
 
 MERGE_CHUNK_ROWS = 256
 RANKS_FOLDER = ".hookdump-ranks"
+SKIP_NOTE = "--skip-bad left out "
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -119,6 +121,14 @@ def _check_complete_set(dirs: list[Path], manifests: list[dict[str, Any]]) -> No
             "Merge only the shards of one command, run with --shard 0/N ... N-1/N.",
         )
     count = manifests[0]["shard"]["count"]
+    for folder, manifest in zip(dirs, manifests, strict=True):
+        if manifest["shard"]["count"] != count:
+            raise InputError(
+                f"These shards split the inputs differently: `{dirs[0]}` is shard"
+                f" {manifests[0]['shard']['index']}/{count}, `{folder}` is shard"
+                f" {manifest['shard']['index']}/{manifest['shard']['count']}.",
+                "Merge the folders of one split, all N of --shard 0/N ... N-1/N.",
+            )
     seen: dict[int, Path] = {}
     for folder, manifest in zip(dirs, manifests, strict=True):
         index = manifest["shard"]["index"]
@@ -174,7 +184,9 @@ def _merged_header(
     header["stopped_early"] = any(m.get("stopped_early") for m in manifests)
     if first.get("grad"):
         header["grad"] = {**first["grad"], "classes": [c for m in manifests for c in m["grad"]["classes"]]}
-    notes = [n for m in manifests for n in m.get("notes", [])]
+    notes = [n for m in manifests for n in m.get("notes", []) if not n.startswith(SKIP_NOTE)]
+    if header["skipped"]:  # one note for all, not one per shard
+        notes.append(skipped_note(header["skipped"]))
     header["notes"] = [*dict.fromkeys(notes), f"merged from {len(manifests)} shards"]
     header["merged_from"] = [str(d) for d in dirs]
     return header
@@ -186,24 +198,66 @@ def world() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", "0")), size, int(os.environ.get("LOCAL_RANK", "0"))
 
 
+def check_no_shard(shard: str | None) -> None:
+    """Under torchrun the ranks split the inputs: a --shard of the user's is refused up front."""
+    if shard is not None:
+        raise UsageError(
+            f"--shard {shard} under torchrun: torchrun's ranks already split the inputs between them.",
+            "Drop --shard (each rank captures its share), or run --shard I/N without torchrun.",
+        )
+
+
+def check_ranks(out: Path, overwrite: bool, resume: bool) -> bool:
+    """Whether this run resumes the ranks' folders of a capture interrupted under torchrun; a run that
+    would start over without being told to (no --resume, no --overwrite) or outside torchrun is refused."""
+    folders = sorted((out / RANKS_FOLDER).glob("rank-*"))
+    if not folders or overwrite:
+        return False
+    if not resume:
+        raise UsageError(
+            f"`{out}` holds a capture interrupted under torchrun ({len(folders)} rank folder(s) in"
+            f" {RANKS_FOLDER}).",
+            "Rerun the same torchrun command with --resume to continue it, or with --overwrite to start"
+            " again.",
+        )
+    if world()[1] == 1:
+        raise UsageError(
+            f"`{out}` holds a capture interrupted under torchrun ({RANKS_FOLDER}): one process cannot"
+            " resume it.",
+            "Resume it with the same torchrun command (the same --nproc-per-node) and --resume, or pass"
+            " --overwrite to start again.",
+        )
+    return True
+
+
 def capture_on_ranks(
-    run_shard: Callable[[str, Path, str], Any], out: Path, device: str, overwrite: bool
-) -> Any:
-    """Under torchrun: each rank captures its shard into ``OUT/.hookdump-ranks/rank-R``; when every rank
-    has finished, rank 0 merges them into ``out``. A rank that fails fails the run, with its message."""
+    run_shard: Callable[[str, Path, str, bool], None], opts: Any, shards: int
+) -> MergeResult | None:
+    """Under torchrun: rank R < ``shards`` captures shard R into ``OUT/.hookdump-ranks/rank-R`` (the others
+    idle); when every rank has finished, rank 0 merges them into ``out`` (the others get None). A rank that
+    fails fails the run, with its message; an interrupted rank keeps its folder for --resume."""
     import torch.distributed as dist
 
     rank, size, local = world()
+    out, device = opts.out, opts.device
     if device == "auto" and torch.cuda.is_available():
         device = f"cuda:{local}"
     dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
     folder = out / RANKS_FOLDER
+    mine = folder / f"rank-{rank}"
     created = not out.exists()
     failure: str | None = None
-    result: Any = None
+    result: MergeResult | None = None
     try:
+        if rank == 0 and not opts.resume:  # a fresh start (or --overwrite): no old rank folder stays
+            shutil.rmtree(folder, ignore_errors=True)
+        dist.barrier()
         try:
-            result = run_shard(f"{rank}/{size}", folder / f"rank-{rank}", device)
+            if rank < shards and not _finished(mine, opts.resume):
+                run_shard(f"{rank}/{shards}", mine, device, opts.resume and read_progress(mine) is not None)
+        except KeyboardInterrupt as exc:  # its folder stays, for --resume: no gather (the others stop too)
+            code, detail = getattr(exc, "exit_code", 130), getattr(exc, "detail", Interrupted(130).detail)
+            raise Interrupted(code, f"rank {rank}: {detail}") from None
         except HookdumpError as exc:
             failure = f"rank {rank}: {exc.paragraph()}"
         except Exception as exc:
@@ -212,15 +266,22 @@ def capture_on_ranks(
         dist.all_gather_object(failures, failure)
         failed = [f for f in failures if f]
         if failed:
-            if rank == 0:  # nothing of a failed run stays
+            if rank == 0 and not opts.resume:  # nothing of a failed run stays (a resumed one keeps its own)
                 shutil.rmtree(folder, ignore_errors=True)
                 if created and out.is_dir() and not any(out.iterdir()):
                     out.rmdir()
             raise InputError(failed[0], "The other ranks stopped with it; fix that rank's problem and rerun.")
         if rank == 0:
-            result = merge(sorted(folder.glob("rank-*")), out, overwrite=overwrite)
+            parts = [folder / f"rank-{r}" for r in range(shards)]
+            result = merge(parts, out, overwrite=opts.overwrite or opts.resume)
             shutil.rmtree(folder, ignore_errors=True)
         dist.barrier()
     finally:
         dist.destroy_process_group()
     return result
+
+
+def _finished(folder: Path, resume: bool) -> bool:
+    """With --resume, a rank whose shard was finished before the interruption has nothing to do."""
+    manifest = read_manifest(folder) if resume else None
+    return manifest is not None and manifest.get("complete") is True

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import SKIMAGE_DATA
 from test_dataset import _photos, _progress
 from test_runs import PLUGIN
 
@@ -118,3 +119,95 @@ def test_a_signal_to_the_process_group_stops_the_run_and_keeps_its_progress(
     done = _run("capture", *SLOW, photos, *FORMATS, "-o", out, "--resume", "--workers", "3")
     assert done.returncode == 0, done.stderr
     _same_capture(reference, out)
+
+
+def _torchrun(*args: object, ranks: int = 2) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "-m", "hookdump",
+            *map(str, args), "--device", "cpu"]  # fmt: skip
+
+
+def _launcher_env(tmp_path: Path) -> dict[str, str]:
+    """This environment without a rank of its own; torchrun's log folders go to ``tmp_path``, not /tmp."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    return env | {"TMPDIR": str(tmp_path), "HOOKDUMP_TEST_SLEEP": "0.2"}
+
+
+@pytest.mark.parametrize("workers", [(), ("--workers", "0")], ids=["default-workers", "no-workers"])
+def test_sigterm_to_torchrun_keeps_each_ranks_progress_and_resume_finishes_it(
+    tmp_path: Path, whole: tuple[Path, Path], workers: tuple[str, ...]
+) -> None:
+    """torchrun forwards SIGTERM to each rank's process group; each rank exits 143 with the usual paragraph
+    and keeps its folder; torchrun itself exits 1 (its SignalException)."""
+    photos, reference = whole
+    out, env = tmp_path / "out", _launcher_env(tmp_path)
+    command = _torchrun("capture", *SLOW, photos, *FORMATS, "-o", out, *workers)
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    ranks = [out / ".hookdump-ranks" / f"rank-{r}" for r in (0, 1)]
+    _wait_until(lambda: min(_progress(r) for r in ranks) >= 2, "both ranks checkpointed", run)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=300)
+    assert run.returncode != 0
+    for r, folder in enumerate(ranks):
+        assert f"error: interrupted (143): rank {r}: " in err and "--resume" in err
+        assert json.loads((folder / "manifest.json").read_text())["complete"] is False
+    assert not (out / "manifest.json").exists()  # nothing presents itself as complete
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert again.returncode != 0 and "holds a capture interrupted under torchrun" in again.stderr
+    alone = _run("capture", *SLOW, photos, *FORMATS, "-o", out, "--resume")
+    assert alone.returncode == 2 and "one process cannot resume it" in alone.stderr
+    done = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _same_capture(reference, out)
+
+
+def test_skip_bad_shards_list_their_own_bad_inputs_and_the_merge_each_once(tmp_path: Path) -> None:
+    photos = _photos(tmp_path / "photos", 8)
+    (photos / "p01b.png").write_text("not a picture")  # refused when the inputs are collected: shard 0's
+    rocket = (SKIMAGE_DATA / "rocket.jpg").read_bytes()
+    (photos / "p05b.jpg").write_bytes(rocket[: len(rocket) // 3])  # fails when decoded: shard 1's
+    args = ("capture", "-m", "test_resnet", "-l", "conv1", "--batch-size", "2", "--skip-bad", photos)
+    assert _run(*args, "-o", tmp_path / "one").returncode == 0
+    for i in (0, 1):
+        assert _run(*args, "-o", tmp_path / f"s{i}", "--shard", f"{i}/2").returncode == 0
+    merged = _run("merge", tmp_path / "s0", tmp_path / "s1", "-o", tmp_path / "merged")
+    assert merged.returncode == 0, merged.stderr
+    folders = ("one", "s0", "s1", "merged")
+    one, s0, s1, both = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in folders)
+    names = [[Path(s["path"]).name for s in m["skipped"]] for m in (one, s0, s1, both)]
+    assert names == [["p01b.png", "p05b.jpg"], ["p01b.png"], ["p05b.jpg"], ["p01b.png", "p05b.jpg"]]
+    assert both["skipped"] == one["skipped"]
+    assert [n for n in both["notes"] if "--skip-bad" in n] == [n for n in one["notes"] if "--skip-bad" in n]
+    assert (tmp_path / "one" / "conv1.npy").read_bytes() == (tmp_path / "merged" / "conv1.npy").read_bytes()
+    # shards of another split of the same inputs: said, not taken for a repeated shard
+    assert _run(*args, "-o", tmp_path / "t1", "--shard", "1/3").returncode == 0
+    mixed = _run("merge", tmp_path / "s0", tmp_path / "s1", tmp_path / "t1", "-o", tmp_path / "m2")
+    assert mixed.returncode == 4 and "split the inputs differently" in mixed.stderr
+    assert "is shard 1/3" in mixed.stderr and "given twice" not in mixed.stderr
+
+
+def test_torchrun_with_fewer_batches_than_ranks_idles_the_others_and_refuses_a_shard(tmp_path: Path) -> None:
+    photos, env = _photos(tmp_path / "photos", 3), _launcher_env(tmp_path)
+    args = ("capture", "-m", "test_resnet", "-l", "conv1", "--batch-size", "4", photos, *FORMATS)
+    assert _run(*args, "-o", tmp_path / "one").returncode == 0
+    ranks = subprocess.run(_torchrun(*args, "-o", tmp_path / "ranks"), capture_output=True, text=True,
+                           timeout=600, env=env)  # fmt: skip
+    assert ranks.returncode == 0, ranks.stderr[-3000:]
+    _same_capture(tmp_path / "one", tmp_path / "ranks")
+    shard = subprocess.run(_torchrun(*args, "-o", tmp_path / "s", "--shard", "0/2"), capture_output=True,
+                           text=True, timeout=600, env=env)  # fmt: skip
+    assert shard.returncode != 0 and "--shard 0/2 under torchrun" in shard.stderr
+    assert "exitcode  : 2" in shard.stderr and not (tmp_path / "s").exists()
+
+
+def test_an_interrupted_shard_resumes(tmp_path: Path, whole: tuple[Path, Path]) -> None:
+    photos, _ = whole
+    args = ("capture", *SLOW, photos, "--shard", "1/2")
+    assert _run(*args, "-o", tmp_path / "shard").returncode == 0
+    out = tmp_path / "out"
+    run = _start(*args, "-o", out)
+    _wait_until(lambda: _progress(out) >= 2, "reached 2 images", run)
+    os.killpg(run.pid, signal.SIGTERM)
+    assert run.wait(timeout=120) == 143
+    done = _run(*args, "-o", out, "--resume")
+    assert done.returncode == 0, done.stderr
+    _same_capture(tmp_path / "shard", out)
