@@ -1,6 +1,7 @@
 """One capture spread over processes or machines: ``--shard I/N`` takes every N-th share of the batches
 (whole batches, so every image meets the same batch as in one process), ``merge`` joins the shard folders
-into the single-process result, and under ``torchrun`` each rank captures its shard and rank 0 merges."""
+into the single-process result, and under ``torchrun`` each rank captures its shard and rank 0 merges
+(an interrupted rank keeps its folder, ``OUT/.hookdump-ranks/rank-R``, for ``--resume``)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import torch
 from .errors import HookdumpError, InputError, Interrupted, UsageError
 from .inputs import skipped_note
 from .manifest import MANIFEST, entry_stem
+from .options import CaptureOptions
 from .outdir import read_manifest, read_progress
 from .records import Captured, key_from_json
 from .sinks import SavedTensor, Writer
@@ -231,7 +233,7 @@ def check_ranks(out: Path, overwrite: bool, resume: bool) -> bool:
 
 
 def capture_on_ranks(
-    run_shard: Callable[[str, Path, str, bool], None], opts: Any, shards: int
+    run_shard: Callable[[str, Path, str, bool], None], opts: CaptureOptions, shards: int
 ) -> MergeResult | None:
     """Under torchrun: rank R < ``shards`` captures shard R into ``OUT/.hookdump-ranks/rank-R`` (the others
     idle); when every rank has finished, rank 0 merges them into ``out`` (the others get None). A rank that

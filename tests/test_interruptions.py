@@ -211,3 +211,22 @@ def test_an_interrupted_shard_resumes(tmp_path: Path, whole: tuple[Path, Path]) 
     done = _run(*args, "-o", out, "--resume")
     assert done.returncode == 0, done.stderr
     _same_capture(tmp_path / "shard", out)
+
+
+def test_one_process_refuses_or_overwrites_what_an_interrupted_torchrun_left(
+    tmp_path: Path, whole: tuple[Path, Path]
+) -> None:
+    """A rank's folder made as a rank makes it (its shard, in OUT/.hookdump-ranks), interrupted."""
+    photos, reference = whole
+    out = tmp_path / "out"
+    rank = out / ".hookdump-ranks" / "rank-0"
+    run = _start("capture", *SLOW, photos, *FORMATS, "-o", rank, "--shard", "0/2")
+    _wait_until(lambda: _progress(rank) >= 2, "reached 2 images", run)
+    os.killpg(run.pid, signal.SIGTERM)
+    assert run.wait(timeout=120) == 143
+    plain = _run("capture", *SLOW, photos, *FORMATS, "-o", out)
+    assert plain.returncode == 2 and "holds a capture interrupted under torchrun" in plain.stderr
+    assert "--resume" in plain.stderr and "Traceback" not in plain.stderr
+    again = _run("capture", *SLOW, photos, *FORMATS, "-o", out, "--overwrite")
+    assert again.returncode == 0, again.stderr
+    _same_capture(reference, out)  # the ranks' folder is gone with the rest
