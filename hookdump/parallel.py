@@ -240,7 +240,7 @@ def capture_on_ranks(
     fails fails the run, with its message; an interrupted rank keeps its folder for --resume."""
     import torch.distributed as dist
 
-    rank, size, local = world()
+    rank, _, local = world()
     out, device = opts.out, opts.device
     if device == "auto" and torch.cuda.is_available():
         device = f"cuda:{local}"
@@ -249,41 +249,59 @@ def capture_on_ranks(
     mine = folder / f"rank-{rank}"
     created = not out.exists()
     failure: str | None = None
-    result: MergeResult | None = None
     try:
-        if rank == 0 and not opts.resume:  # a fresh start (or --overwrite): no old rank folder stays
-            shutil.rmtree(folder, ignore_errors=True)
-        dist.barrier()
         try:
-            if rank < shards and not _finished(mine, opts.resume):
-                run_shard(f"{rank}/{shards}", mine, device, opts.resume and read_progress(mine) is not None)
-        except KeyboardInterrupt as exc:  # its folder stays, for --resume: no gather (the others stop too)
-            code, detail = getattr(exc, "exit_code", 130), getattr(exc, "detail", Interrupted(130).detail)
-            raise Interrupted(code, f"rank {rank}: {detail}") from None
-        except HookdumpError as exc:
-            failure = f"rank {rank}: {exc.paragraph()}"
-        except Exception as exc:
-            failure = f"rank {rank}: {type(exc).__name__}: {exc}"
-        failures: list[str | None] = [None] * size
-        dist.all_gather_object(failures, failure)
-        failed = [f for f in failures if f]
-        if failed:
-            if rank == 0 and not opts.resume:  # nothing of a failed run stays (a resumed one keeps its own)
+            if rank == 0 and not opts.resume:  # a fresh start (or --overwrite): no old rank folder stays
                 shutil.rmtree(folder, ignore_errors=True)
-                if created and out.is_dir() and not any(out.iterdir()):
-                    out.rmdir()
-            raise InputError(failed[0], "The other ranks stopped with it; fix that rank's problem and rerun.")
-        if rank == 0:
-            parts = [folder / f"rank-{r}" for r in range(shards)]
-            result = merge(parts, out, overwrite=opts.overwrite or opts.resume)
-            shutil.rmtree(folder, ignore_errors=True)
-        dist.barrier()
+            dist.barrier()
+            try:
+                resume = opts.resume and read_progress(mine) is not None
+                if rank < shards and not (opts.resume and _complete(mine)):  # done before it was stopped
+                    run_shard(f"{rank}/{shards}", mine, device, resume)
+            except HookdumpError as exc:
+                failure = f"rank {rank}: {exc.paragraph()}"
+            except Exception as exc:
+                failure = f"rank {rank}: {type(exc).__name__}: {exc}"
+            return _gather_and_merge(failure, opts, shards, created)
+        except KeyboardInterrupt as exc:  # its folder stays, for --resume: no gather (the others stop too)
+            raise _stopped(exc, rank, mine, shards) from None
     finally:
         dist.destroy_process_group()
+
+
+def _complete(folder: Path) -> bool:
+    return (read_manifest(folder) or {}).get("complete") is True
+
+
+def _stopped(exc: KeyboardInterrupt, rank: int, mine: Path, shards: int) -> Interrupted:
+    """What an interrupted rank says: how far its shard got, as one process would say it."""
+    code, detail = getattr(exc, "exit_code", 130), getattr(exc, "detail", Interrupted(130).detail)
+    if rank >= shards or _complete(mine):
+        share = f"its shard is complete in `{mine}`" if rank < shards else "it had no batch to capture"
+        detail = f"{share}. Rerun the same command with --resume to finish (or --overwrite to start again)."
+    return Interrupted(code, f"rank {rank}: {detail}")
+
+
+def _gather_and_merge(
+    failure: str | None, opts: CaptureOptions, shards: int, created: bool
+) -> MergeResult | None:
+    """Every rank says how its share went; if all went well rank 0 merges the shards into ``out``."""
+    import torch.distributed as dist
+
+    rank, size, _ = world()
+    folder, result = opts.out / RANKS_FOLDER, None
+    failures: list[str | None] = [None] * size
+    dist.all_gather_object(failures, failure)
+    failed = [f for f in failures if f]
+    if failed:
+        if rank == 0 and not opts.resume:  # nothing of a failed run stays (a resumed one keeps its own)
+            shutil.rmtree(folder, ignore_errors=True)
+            if created and opts.out.is_dir() and not any(opts.out.iterdir()):
+                opts.out.rmdir()
+        raise InputError(failed[0], "The other ranks stopped with it; fix that rank's problem and rerun.")
+    if rank == 0:
+        parts = [folder / f"rank-{r}" for r in range(shards)]
+        result = merge(parts, opts.out, overwrite=opts.overwrite or opts.resume)
+        shutil.rmtree(folder, ignore_errors=True)
+    dist.barrier()
     return result
-
-
-def _finished(folder: Path, resume: bool) -> bool:
-    """With --resume, a rank whose shard was finished before the interruption has nothing to do."""
-    manifest = read_manifest(folder) if resume else None
-    return manifest is not None and manifest.get("complete") is True

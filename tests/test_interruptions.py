@@ -230,3 +230,21 @@ def test_one_process_refuses_or_overwrites_what_an_interrupted_torchrun_left(
     again = _run("capture", *SLOW, photos, *FORMATS, "-o", out, "--overwrite")
     assert again.returncode == 0, again.stderr
     _same_capture(reference, out)  # the ranks' folder is gone with the rest
+
+
+def test_sigterm_to_torchrun_while_a_finished_rank_waits_for_the_others(tmp_path: Path) -> None:
+    """Three batches on two ranks: rank 0 is done after one and waits; it says its shard is kept."""
+    photos = _photos(tmp_path / "photos", 3)
+    args = ("capture", "--import", PLUGIN, "-m", "slow_net", "-l", "conv", "--batch-size", "1", photos)
+    assert _run(*args, "-o", tmp_path / "one").returncode == 0
+    out, env = tmp_path / "out", _launcher_env(tmp_path) | {"HOOKDUMP_TEST_SLEEP": "3"}
+    command = _torchrun(*args, "-o", out, "--workers", "0")
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    _wait_until(lambda: (out / ".hookdump-ranks/rank-0/manifest.json").exists(), "rank 0 finished", run)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=300)
+    assert "error: interrupted (143): rank 0: its shard is complete in " in err
+    assert "error: interrupted (143): rank 1: " in err
+    done = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _same_capture(tmp_path / "one", out)
