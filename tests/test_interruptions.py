@@ -160,13 +160,26 @@ def test_sigterm_to_torchrun_keeps_each_ranks_progress_and_resume_finishes_it(
     _same_capture(reference, out)
 
 
-def test_skip_bad_shards_list_their_own_bad_inputs_and_the_merge_each_once(tmp_path: Path) -> None:
+@pytest.fixture
+def bad_inputs(tmp_path: Path) -> tuple[str | Path, ...]:
+    """Eight photos and two bad files, one in each half; the capture arguments, run once into ``one``."""
     photos = _photos(tmp_path / "photos", 8)
     (photos / "p01b.png").write_text("not a picture")  # refused when the inputs are collected: shard 0's
     rocket = (SKIMAGE_DATA / "rocket.jpg").read_bytes()
     (photos / "p05b.jpg").write_bytes(rocket[: len(rocket) // 3])  # fails when decoded: shard 1's
     args = ("capture", "-m", "test_resnet", "-l", "conv1", "--batch-size", "2", "--skip-bad", photos)
     assert _run(*args, "-o", tmp_path / "one").returncode == 0
+    return args
+
+
+def _skip_notes(manifest: dict) -> list[str]:
+    return [n for n in manifest["notes"] if "--skip-bad" in n]
+
+
+def test_skip_bad_shards_list_their_own_bad_inputs_and_the_merge_each_once(
+    tmp_path: Path, bad_inputs: tuple[str | Path, ...]
+) -> None:
+    args = bad_inputs
     for i in (0, 1):
         assert _run(*args, "-o", tmp_path / f"s{i}", "--shard", f"{i}/2").returncode == 0
     merged = _run("merge", tmp_path / "s0", tmp_path / "s1", "-o", tmp_path / "merged")
@@ -176,13 +189,25 @@ def test_skip_bad_shards_list_their_own_bad_inputs_and_the_merge_each_once(tmp_p
     names = [[Path(s["path"]).name for s in m["skipped"]] for m in (one, s0, s1, both)]
     assert names == [["p01b.png", "p05b.jpg"], ["p01b.png"], ["p05b.jpg"], ["p01b.png", "p05b.jpg"]]
     assert both["skipped"] == one["skipped"]
-    assert [n for n in both["notes"] if "--skip-bad" in n] == [n for n in one["notes"] if "--skip-bad" in n]
+    assert len(_skip_notes(both)) == 1 and _skip_notes(both) == _skip_notes(one)
     assert (tmp_path / "one" / "conv1.npy").read_bytes() == (tmp_path / "merged" / "conv1.npy").read_bytes()
     # shards of another split of the same inputs: said, not taken for a repeated shard
     assert _run(*args, "-o", tmp_path / "t1", "--shard", "1/3").returncode == 0
     mixed = _run("merge", tmp_path / "s0", tmp_path / "s1", tmp_path / "t1", "-o", tmp_path / "m2")
     assert mixed.returncode == 4 and "split the inputs differently" in mixed.stderr
     assert "is shard 1/3" in mixed.stderr and "given twice" not in mixed.stderr
+
+
+def test_skip_bad_under_torchrun_lists_each_bad_input_once(
+    tmp_path: Path, bad_inputs: tuple[str | Path, ...]
+) -> None:
+    ranks = subprocess.run(_torchrun(*bad_inputs, "-o", tmp_path / "ranks"), capture_output=True, text=True,
+                           timeout=600, env=_launcher_env(tmp_path))  # fmt: skip
+    assert ranks.returncode == 0, ranks.stderr[-3000:]
+    one, both = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("one", "ranks"))
+    assert both["skipped"] == one["skipped"] and len(one["skipped"]) == 2
+    assert len(_skip_notes(both)) == 1 and _skip_notes(both) == _skip_notes(one)
+    assert (tmp_path / "one" / "conv1.npy").read_bytes() == (tmp_path / "ranks" / "conv1.npy").read_bytes()
 
 
 def test_torchrun_with_fewer_batches_than_ranks_idles_the_others_and_refuses_a_shard(tmp_path: Path) -> None:
