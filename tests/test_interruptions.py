@@ -80,9 +80,7 @@ def whole(tmp_path: Path) -> tuple[Path, Path]:
     return photos, out
 
 
-def test_kill_9_then_resume_at_once_while_the_decoding_workers_live_on(
-    tmp_path: Path, whole: tuple[Path, Path]
-) -> None:
+def test_kill_9_then_resume_at_once_with_decoding_workers(tmp_path: Path, whole: tuple[Path, Path]) -> None:
     """The workers inherit the lock's descriptor; they must not keep the folder locked for its dead owner."""
     photos, reference = whole
     out = tmp_path / "out"
