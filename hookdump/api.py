@@ -159,8 +159,9 @@ def plan(
     meta_model = _or_none(build_meta)
     models.check_weights(spec, meta_model, name.timm_name)
     skipped: list[dict[str, str]] = []
+    where: list[int] = []  # how many images come before each skipped file
     paths = (
-        inputs.collect(source, exclude=(opts.out,), skipped=skipped if opts.skip_bad else None)
+        inputs.collect(source, exclude=(opts.out,), skipped=skipped if opts.skip_bad else None, where=where)
         if source
         else []
     )
@@ -191,16 +192,16 @@ def plan(
         )
     if opts.target is not None and not opts.grad:
         notes.append(f"--target {opts.target} is ignored without --grad (no gradient is computed)")
-    progress = None
-    if opts.resume and source is not None:
-        progress = outdir.read_progress(opts.out)
-        assert progress is not None, "outdir.check makes sure"
-        record = manifest.options_record(source, list(layer_specs), spec, opts)
-        outdir.check_same_run(progress, record, [str(p) for p in paths])
+    record = manifest.options_record(source, list(layer_specs), spec, opts) if source is not None else {}
     shard = None
     if opts.shard is not None and source is not None:
-        record = manifest.options_record(source, list(layer_specs), spec, opts)
+        total = len(paths)
         paths, shard = _shard(paths, source, opts, record)
+        first, last = shard["first_row"], shard["first_row"] + shard["rows"]  # its own skipped files only
+        skipped = [s for s, k in zip(skipped, where, strict=True) if first <= k < last or k == last == total]
+    progress = outdir.read_progress(opts.out) if opts.resume and source is not None else None
+    if progress is not None:  # the inputs it captures (a shard's); under torchrun each rank checks its own
+        outdir.check_same_run(progress, record, [str(p) for p in paths])
     rows = len(paths) if source is not None and not source.random else 1
     sizes = budget.per_layer(found, targets, opts, rows, channels_last)
     needed = budget.total(sizes, opts)
@@ -265,12 +266,12 @@ def capture(
         on_batch: called after each batch reached the disk with (images done, images in all, bytes written).
     """
     started = time.perf_counter()
+    if parallel.world()[1] > 1:
+        parallel.check_no_shard(option_values.get("shard", options.shard if options else None))
     found = plan(layer_specs, model=model, images=images, options=options, **option_values)
-    if parallel.world()[1] > 1 and found.options.shard is None:
-        result = _capture_on_ranks(found, list(layer_specs), started)
-    else:
-        result = capturing.run(found, list(layer_specs), started, on_batch)
-    return result
+    if parallel.world()[1] > 1:
+        return _capture_on_ranks(found, list(layer_specs), started)
+    return capturing.run(found, list(layer_specs), started, on_batch)
 
 
 def _capture_on_ranks(found: CapturePlan, layer_specs: list[str], started: float) -> CaptureResult:
@@ -278,20 +279,20 @@ def _capture_on_ranks(found: CapturePlan, layer_specs: list[str], started: float
     opts = found.options
     assert found.source is not None
 
-    def run_shard(shard: str, folder: Path, device: str) -> CaptureResult:
+    def run_shard(shard: str, folder: Path, device: str, resume: bool) -> None:
         rank_opts = dataclasses.replace(
-            opts, shard=shard, out=folder, device=device, overwrite=True, resume=False
+            opts, shard=shard, out=folder, device=device, overwrite=not resume, resume=resume
         )
-        return capture(found.source, layer_specs, model=found.spec, options=rank_opts)  # type: ignore[arg-type]
+        rank_plan = plan(layer_specs, model=found.spec, images=found.source, options=rank_opts)
+        capturing.run(rank_plan, layer_specs, time.perf_counter(), None)
 
-    merged = parallel.capture_on_ranks(run_shard, opts.out, opts.device, opts.overwrite)
-    if not isinstance(merged, parallel.MergeResult):
-        return merged  # type: ignore[no-any-return]  # ranks but 0: their shard
-    data = json.loads(merged.manifest.read_text())
+    shards = min(parallel.world()[1], -(-len(found.paths) // opts.batch_size))  # a rank without a batch idles
+    merged = parallel.capture_on_ranks(run_shard, opts, max(shards, 1))
+    data = json.loads((opts.out / manifest.MANIFEST).read_text())
     return CaptureResult(
-        out=opts.out, manifest=merged.manifest, requested=found.tree.requested,
-        timm_name=found.tree.timm_name,
-        device=data["device"], tensors=merged.tensors, inputs=data["inputs"], notes=data["notes"],
+        out=opts.out, manifest=opts.out / manifest.MANIFEST, requested=found.tree.requested,
+        timm_name=found.tree.timm_name, device=data["device"],
+        tensors=merged.tensors if merged else [], inputs=data["inputs"], notes=data["notes"],
         seconds=time.perf_counter() - started, stopped_early=data["stopped_early"],
         classes=(data.get("grad") or {}).get("classes", []), skipped=data.get("skipped", []),
     )  # fmt: skip
@@ -330,4 +331,7 @@ def _check_options(opts: CaptureOptions) -> None:
     if opts.shard is not None:
         parallel.parse_shard(opts.shard)
     check_free(opts.out)  # a folder another run is writing says so, whatever it holds
-    outdir.check(opts.out, opts.overwrite, opts.resume)
+    if parallel.check_ranks(opts.out, opts.overwrite, opts.resume):  # each rank resumes its own folder
+        outdir.check(opts.out, overwrite=True, resume=False)  # the folder itself: writable, on a disk
+    else:
+        outdir.check(opts.out, opts.overwrite, opts.resume)

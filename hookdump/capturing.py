@@ -4,6 +4,7 @@ an interruption that keeps what reached the disk, and the files and manifest at 
 from __future__ import annotations
 
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -12,9 +13,9 @@ from typing import Any
 
 import torch
 
-from . import layouts, loader, manifest, models, sinks, units
+from . import layouts, loader, manifest, models, parallel, sinks, units
 from .errors import Interrupted
-from .inputs import random_batch
+from .inputs import random_batch, skipped_note
 from .inputs import records as input_records
 from .options import CaptureOptions
 from .recorder import Recorder
@@ -40,6 +41,8 @@ def run(
     with sinks.Writer(
         opts.out, opts.formats, opts.save_dtype, opts.overwrite, opts.resume, shard_bytes, found.total_bytes
     ) as writer:
+        if opts.overwrite:  # what an interrupted torchrun capture left goes too
+            shutil.rmtree(opts.out / parallel.RANKS_FOLDER, ignore_errors=True)
         net, weight_notes = found.load()
         net.to(torch_device)
         recorder = _recorder(net, found)
@@ -90,13 +93,7 @@ def run(
         if writer.resumed is not None:
             notes.append(f"resumed after {writer.resumed['images']} of {len(found.paths)} images")
         if state.skipped:
-            shown = ", ".join(s["path"] for s in state.skipped[:3]) + (
-                ", ..." if len(state.skipped) > 3 else ""
-            )
-            notes.append(
-                f"--skip-bad left out {len(state.skipped)} unreadable input(s) ({shown}); the manifest's"
-                " `skipped` says why"
-            )
+            notes.append(skipped_note(state.skipped))
         notes += writer.nonfinite_notes(results)  # NaN / Inf in a saved tensor, naming it
         records = input_records(
             [p for p in found.paths if str(p) not in state.skipped_paths], source, found.config

@@ -48,12 +48,15 @@ def parse_input_size(text: str) -> tuple[int, int, int]:
 
 
 def collect(
-    spec: InputSpec, exclude: tuple[Path, ...] = (), skipped: list[dict[str, str]] | None = None
+    spec: InputSpec,
+    exclude: tuple[Path, ...] = (),
+    skipped: list[dict[str, str]] | None = None,
+    where: list[int] | None = None,
 ) -> list[Path]:
     """Every image path the user named, in a stable order, checked; folder walks never enter ``exclude``.
 
     With ``skipped`` (``--skip-bad``), a file that is not a readable image is recorded there (path, reason)
-    instead of stopping the run.
+    instead of stopping the run; ``where`` gets, for each, the number of images kept before it.
     """
     given = sum([bool(spec.paths), spec.sample, spec.random])
     if given == 0:
@@ -71,7 +74,7 @@ def collect(
     found: list[Path] = []
     for text in spec.paths:
         found.extend(_expand(text, skip))
-    kept = []
+    kept: list[Path] = []
     for path in found:
         try:
             check_image(path)
@@ -79,6 +82,8 @@ def collect(
             if skipped is None:
                 raise
             skipped.append({"path": str(path), "reason": exc.message})
+            if where is not None:
+                where.append(len(kept))
             continue
         kept.append(path)
     return kept
@@ -217,3 +222,11 @@ def records(paths: list[Path], source: InputSpec, config: dict[str, Any]) -> lis
     mode = model_mode(config)
     sample = {"sample": True} if source.sample else {}
     return [{"path": str(p), "sha256": sha256(p), **describe(p, mode), **sample} for p in paths]
+
+
+def skipped_note(skipped: list[dict[str, str]]) -> str:
+    """The one note of what ``--skip-bad`` left out, naming the first few."""
+    shown = ", ".join(s["path"] for s in skipped[:3]) + (", ..." if len(skipped) > 3 else "")
+    return (
+        f"--skip-bad left out {len(skipped)} unreadable input(s) ({shown}); the manifest's `skipped` says why"
+    )

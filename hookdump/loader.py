@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,7 @@ def batches(
         num_workers=workers,
         collate_fn=_collate,
         pin_memory=pin_memory,
+        worker_init_fn=_leave_signals_to_the_main_process if workers else None,
     )
     iterator = iter(loader)
     try:
@@ -102,6 +104,15 @@ def batches(
             yield Batch([paths[i] for i in kept], stacked, failed)
     finally:
         _stop_workers(iterator)
+
+
+def _leave_signals_to_the_main_process(worker_id: int) -> None:
+    """In each decoding worker: Ctrl-C and SIGTERM sent to the whole process group (a terminal, Slurm,
+    systemd, torchrun) are the main process's to handle. A worker they killed would fail the run as
+    "DataLoader worker killed by signal" before the main process could keep its progress; it stops the
+    workers itself (and they exit on their own if it dies: they watch their parent)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _stop_workers(iterator: Iterator[Any]) -> None:

@@ -1,7 +1,8 @@
 """One capture at a time per output folder: a kernel lock (``flock``) on ``OUT/.hookdump.lock``.
 
 The kernel drops the lock when its process dies, even by SIGKILL, so a lock file left by a dead run is
-recognised as stale and simply taken over.
+recognised as stale and simply taken over. A forked child (a decoding worker) lets go of its copy of the
+descriptor at once: a flock lives while any copy is open, and workers outlive a killed parent by seconds.
 """
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ import fcntl
 import os
 import socket
 import time
+import weakref
 from pathlib import Path
 
 from .errors import UsageError
 
 LOCK_FILE = ".hookdump.lock"
+
+_HELD: weakref.WeakSet[OutputLock] = weakref.WeakSet()
 
 
 class OutputLock:
@@ -43,6 +47,7 @@ class OutputLock:
                 break
             os.close(fd)
         self._fd = fd
+        _HELD.add(self)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {_now()}\n".encode(), 0)
 
@@ -55,6 +60,20 @@ class OutputLock:
         finally:
             os.close(self._fd)  # closing drops the flock
             self._fd = None
+            _HELD.discard(self)
+
+
+def _let_go_in_child() -> None:
+    """Right after a fork, in the child: close its copies of the held locks' descriptors. Only the
+    child's reference goes (no LOCK_UN, which would unlock the parent too); the parent keeps its lock."""
+    for held in list(_HELD):
+        if held._fd is not None:
+            os.close(held._fd)
+            held._fd = None
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_let_go_in_child)
 
 
 def check_free(out: Path) -> None:

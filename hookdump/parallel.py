@@ -1,6 +1,7 @@
 """One capture spread over processes or machines: ``--shard I/N`` takes every N-th share of the batches
 (whole batches, so every image meets the same batch as in one process), ``merge`` joins the shard folders
-into the single-process result, and under ``torchrun`` each rank captures its shard and rank 0 merges."""
+into the single-process result, and under ``torchrun`` each rank captures its shard and rank 0 merges
+(an interrupted rank keeps its folder, ``OUT/.hookdump-ranks/rank-R``, for ``--resume``)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,17 @@ from typing import Any
 
 import torch
 
-from .errors import HookdumpError, InputError, UsageError
+from .errors import HookdumpError, InputError, Interrupted, UsageError
+from .inputs import skipped_note
 from .manifest import MANIFEST, entry_stem
-from .outdir import read_manifest
+from .options import CaptureOptions
+from .outdir import read_manifest, read_progress
 from .records import Captured, key_from_json
 from .sinks import SavedTensor, Writer
 
 MERGE_CHUNK_ROWS = 256
 RANKS_FOLDER = ".hookdump-ranks"
+SKIP_NOTE = "--skip-bad left out "
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -119,6 +123,14 @@ def _check_complete_set(dirs: list[Path], manifests: list[dict[str, Any]]) -> No
             "Merge only the shards of one command, run with --shard 0/N ... N-1/N.",
         )
     count = manifests[0]["shard"]["count"]
+    for folder, manifest in zip(dirs, manifests, strict=True):
+        if manifest["shard"]["count"] != count:
+            raise InputError(
+                f"These shards split the inputs differently: `{dirs[0]}` is shard"
+                f" {manifests[0]['shard']['index']}/{count}, `{folder}` is shard"
+                f" {manifest['shard']['index']}/{manifest['shard']['count']}.",
+                "Merge the folders of one split, all N of --shard 0/N ... N-1/N.",
+            )
     seen: dict[int, Path] = {}
     for folder, manifest in zip(dirs, manifests, strict=True):
         index = manifest["shard"]["index"]
@@ -174,7 +186,9 @@ def _merged_header(
     header["stopped_early"] = any(m.get("stopped_early") for m in manifests)
     if first.get("grad"):
         header["grad"] = {**first["grad"], "classes": [c for m in manifests for c in m["grad"]["classes"]]}
-    notes = [n for m in manifests for n in m.get("notes", [])]
+    notes = [n for m in manifests for n in m.get("notes", []) if not n.startswith(SKIP_NOTE)]
+    if header["skipped"]:  # one note for all, not one per shard
+        notes.append(skipped_note(header["skipped"]))
     header["notes"] = [*dict.fromkeys(notes), f"merged from {len(manifests)} shards"]
     header["merged_from"] = [str(d) for d in dirs]
     return header
@@ -186,41 +200,108 @@ def world() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", "0")), size, int(os.environ.get("LOCAL_RANK", "0"))
 
 
+def check_no_shard(shard: str | None) -> None:
+    """Under torchrun the ranks split the inputs: a --shard of the user's is refused up front."""
+    if shard is not None:
+        raise UsageError(
+            f"--shard {shard} under torchrun: torchrun's ranks already split the inputs between them.",
+            "Drop --shard (each rank captures its share), or run --shard I/N without torchrun.",
+        )
+
+
+def check_ranks(out: Path, overwrite: bool, resume: bool) -> bool:
+    """Whether this run resumes the ranks' folders of a capture interrupted under torchrun; a run that
+    would start over without being told to (no --resume, no --overwrite) or outside torchrun is refused."""
+    folders = sorted((out / RANKS_FOLDER).glob("rank-*"))
+    if not folders or overwrite:
+        return False
+    if not resume:
+        raise UsageError(
+            f"`{out}` holds a capture interrupted under torchrun ({len(folders)} rank folder(s) in"
+            f" {RANKS_FOLDER}).",
+            "Rerun the same torchrun command with --resume to continue it, or with --overwrite to start"
+            " again.",
+        )
+    if world()[1] == 1:
+        raise UsageError(
+            f"`{out}` holds a capture interrupted under torchrun ({RANKS_FOLDER}): one process cannot"
+            " resume it.",
+            "Resume it with the same torchrun command (the same --nproc-per-node) and --resume, or pass"
+            " --overwrite to start again.",
+        )
+    return True
+
+
 def capture_on_ranks(
-    run_shard: Callable[[str, Path, str], Any], out: Path, device: str, overwrite: bool
-) -> Any:
-    """Under torchrun: each rank captures its shard into ``OUT/.hookdump-ranks/rank-R``; when every rank
-    has finished, rank 0 merges them into ``out``. A rank that fails fails the run, with its message."""
+    run_shard: Callable[[str, Path, str, bool], None], opts: CaptureOptions, shards: int
+) -> MergeResult | None:
+    """Under torchrun: rank R < ``shards`` captures shard R into ``OUT/.hookdump-ranks/rank-R`` (the others
+    idle); when every rank has finished, rank 0 merges them into ``out`` (the others get None). A rank that
+    fails fails the run, with its message; an interrupted rank keeps its folder for --resume."""
     import torch.distributed as dist
 
-    rank, size, local = world()
+    rank, _, local = world()
+    out, device = opts.out, opts.device
     if device == "auto" and torch.cuda.is_available():
         device = f"cuda:{local}"
     dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
     folder = out / RANKS_FOLDER
+    mine = folder / f"rank-{rank}"
     created = not out.exists()
     failure: str | None = None
-    result: Any = None
     try:
         try:
-            result = run_shard(f"{rank}/{size}", folder / f"rank-{rank}", device)
-        except HookdumpError as exc:
-            failure = f"rank {rank}: {exc.paragraph()}"
-        except Exception as exc:
-            failure = f"rank {rank}: {type(exc).__name__}: {exc}"
-        failures: list[str | None] = [None] * size
-        dist.all_gather_object(failures, failure)
-        failed = [f for f in failures if f]
-        if failed:
-            if rank == 0:  # nothing of a failed run stays
+            if rank == 0 and not opts.resume:  # a fresh start (or --overwrite): no old rank folder stays
                 shutil.rmtree(folder, ignore_errors=True)
-                if created and out.is_dir() and not any(out.iterdir()):
-                    out.rmdir()
-            raise InputError(failed[0], "The other ranks stopped with it; fix that rank's problem and rerun.")
-        if rank == 0:
-            result = merge(sorted(folder.glob("rank-*")), out, overwrite=overwrite)
-            shutil.rmtree(folder, ignore_errors=True)
-        dist.barrier()
+            dist.barrier()
+            try:
+                resume = opts.resume and read_progress(mine) is not None
+                if rank < shards and not (opts.resume and _complete(mine)):  # done before it was stopped
+                    run_shard(f"{rank}/{shards}", mine, device, resume)
+            except HookdumpError as exc:
+                failure = f"rank {rank}: {exc.paragraph()}"
+            except Exception as exc:
+                failure = f"rank {rank}: {type(exc).__name__}: {exc}"
+            return _gather_and_merge(failure, opts, shards, created)
+        except KeyboardInterrupt as exc:  # its folder stays, for --resume: no gather (the others stop too)
+            raise _stopped(exc, rank, mine, shards) from None
     finally:
         dist.destroy_process_group()
+
+
+def _complete(folder: Path) -> bool:
+    return (read_manifest(folder) or {}).get("complete") is True
+
+
+def _stopped(exc: KeyboardInterrupt, rank: int, mine: Path, shards: int) -> Interrupted:
+    """What an interrupted rank says: how far its shard got, as one process would say it."""
+    code, detail = getattr(exc, "exit_code", 130), getattr(exc, "detail", Interrupted(130).detail)
+    if rank >= shards or _complete(mine):
+        share = f"its shard is complete in `{mine}`" if rank < shards else "it had no batch to capture"
+        detail = f"{share}. Rerun the same command with --resume to finish (or --overwrite to start again)."
+    return Interrupted(code, f"rank {rank}: {detail}")
+
+
+def _gather_and_merge(
+    failure: str | None, opts: CaptureOptions, shards: int, created: bool
+) -> MergeResult | None:
+    """Every rank says how its share went; if all went well rank 0 merges the shards into ``out``."""
+    import torch.distributed as dist
+
+    rank, size, _ = world()
+    folder, result = opts.out / RANKS_FOLDER, None
+    failures: list[str | None] = [None] * size
+    dist.all_gather_object(failures, failure)
+    failed = [f for f in failures if f]
+    if failed:
+        if rank == 0 and not opts.resume:  # nothing of a failed run stays (a resumed one keeps its own)
+            shutil.rmtree(folder, ignore_errors=True)
+            if created and opts.out.is_dir() and not any(opts.out.iterdir()):
+                opts.out.rmdir()
+        raise InputError(failed[0], "The other ranks stopped with it; fix that rank's problem and rerun.")
+    if rank == 0:
+        parts = [folder / f"rank-{r}" for r in range(shards)]
+        result = merge(parts, opts.out, overwrite=opts.overwrite or opts.resume)
+        shutil.rmtree(folder, ignore_errors=True)
+    dist.barrier()
     return result

@@ -1,0 +1,273 @@
+"""A capture stopped from outside, as schedulers and terminals stop it: kill -9 of the main process while its
+decoding workers live on, SIGTERM or Ctrl-C to the whole process group, and the same under torchrun; each
+ends with the documented exit code, keeps its progress, and --resume finishes the single-process bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SKIMAGE_DATA
+from test_dataset import _photos, _progress
+from test_runs import PLUGIN
+
+EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
+SLOW = ("--import", str(PLUGIN), "-m", "slow_net", "-l", "conv", "-l", "act", "--batch-size", "2")
+FORMATS = ("--format", "npy,pt,safetensors")
+DEADLINE = 120.0
+
+
+def _run(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [EXE, *map(str, args)], capture_output=True, text=True, timeout=600,
+        env={**os.environ, "HOOKDUMP_TEST_SLEEP": "0.2", **(env or {})},
+    )  # fmt: skip
+
+
+def _start(*args: object) -> subprocess.Popen[str]:
+    """The console script in a process group of its own, as a terminal, Slurm or systemd starts it."""
+    return subprocess.Popen(
+        [EXE, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "HOOKDUMP_TEST_SLEEP": "0.2"}, start_new_session=True,
+    )  # fmt: skip
+
+
+def _wait_until(done, what: str, proc: subprocess.Popen[str] | None = None) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not done():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"exited ({proc.returncode}) before {what}: {proc.communicate()[1][-2000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never {what}")
+        time.sleep(0.05)
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] not in "ZX"
+    except OSError:
+        return False
+
+
+def _same_capture(whole: Path, out: Path) -> None:
+    names = sorted(p.name for p in whole.iterdir() if p.name != "manifest.json")
+    assert names == sorted(p.name for p in out.iterdir() if p.name != "manifest.json")
+    for name in names:
+        assert (whole / name).read_bytes() == (out / name).read_bytes(), name
+    manifests = [json.loads((d / "manifest.json").read_text()) for d in (whole, out)]
+    assert manifests[1]["complete"] is True and manifests[0]["inputs"] == manifests[1]["inputs"]
+
+
+@pytest.fixture
+def whole(tmp_path: Path) -> tuple[Path, Path]:
+    photos, out = _photos(tmp_path / "photos", 24), tmp_path / "whole"
+    done = _run("capture", *SLOW, photos, *FORMATS, "-o", out)
+    assert done.returncode == 0, done.stderr
+    return photos, out
+
+
+def test_kill_9_then_resume_at_once_with_decoding_workers(tmp_path: Path, whole: tuple[Path, Path]) -> None:
+    """The workers inherit the lock's descriptor; they must not keep the folder locked for its dead owner."""
+    photos, reference = whole
+    out = tmp_path / "out"
+    run = _start("capture", *SLOW, photos, *FORMATS, "-o", out)  # default --workers: more than one batch
+    _wait_until(lambda: _progress(out) >= 4, "reached 4 images", run)
+    workers = _children(run.pid)
+    assert workers, "no decoding worker to outlive its parent"
+    os.kill(run.pid, signal.SIGKILL)  # the main process only, as the OOM killer does
+    run.wait(timeout=60)  # not communicate: the orphans hold its pipes open
+    done = _run("capture", *SLOW, photos, *FORMATS, "-o", out, "--resume")
+    assert done.returncode == 0, done.stderr
+    assert "resumed after" in done.stderr
+    _same_capture(reference, out)
+    _wait_until(lambda: not any(_alive(w) for w in workers), "orphaned workers exited")
+    run.communicate(timeout=60)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_to_the_process_group_stops_the_run_and_keeps_its_progress(
+    tmp_path: Path, whole: tuple[Path, Path], sig: int, code: int
+) -> None:
+    """Slurm, systemd and torchrun signal the whole group, so the decoding workers get it too (three of them:
+    with one worker the main process usually wins the race that lost the run)."""
+    photos, reference = whole
+    out = tmp_path / "out"
+    run = _start("capture", *SLOW, photos, *FORMATS, "-o", out, "--workers", "3")
+    _wait_until(lambda: _progress(out) >= 4, "reached 4 images", run)
+    os.killpg(run.pid, sig)
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == code, err
+    assert f"error: interrupted ({code}): " in err and "--resume" in err and "Traceback" not in err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["complete"] is False and manifest["progress"]["images_done"] >= 4
+    done = _run("capture", *SLOW, photos, *FORMATS, "-o", out, "--resume", "--workers", "3")
+    assert done.returncode == 0, done.stderr
+    _same_capture(reference, out)
+
+
+def _torchrun(*args: object, ranks: int = 2) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "-m", "hookdump",
+            *map(str, args), "--device", "cpu"]  # fmt: skip
+
+
+def _launcher_env(tmp_path: Path) -> dict[str, str]:
+    """This environment without a rank of its own; torchrun's log folders go to ``tmp_path``, not /tmp."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    return env | {"TMPDIR": str(tmp_path), "HOOKDUMP_TEST_SLEEP": "0.2"}
+
+
+@pytest.mark.parametrize("workers", [(), ("--workers", "0")], ids=["default-workers", "no-workers"])
+def test_sigterm_to_torchrun_keeps_each_ranks_progress_and_resume_finishes_it(
+    tmp_path: Path, whole: tuple[Path, Path], workers: tuple[str, ...]
+) -> None:
+    """torchrun forwards SIGTERM to each rank's process group; each rank exits 143 with the usual paragraph
+    and keeps its folder; torchrun itself exits 1 (its SignalException)."""
+    photos, reference = whole
+    out, env = tmp_path / "out", _launcher_env(tmp_path)
+    command = _torchrun("capture", *SLOW, photos, *FORMATS, "-o", out, *workers)
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    ranks = [out / ".hookdump-ranks" / f"rank-{r}" for r in (0, 1)]
+    _wait_until(lambda: min(_progress(r) for r in ranks) >= 2, "both ranks checkpointed", run)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=300)
+    assert run.returncode != 0
+    for r, folder in enumerate(ranks):
+        assert f"error: interrupted (143): rank {r}: " in err and "--resume" in err
+        assert json.loads((folder / "manifest.json").read_text())["complete"] is False
+    assert not (out / "manifest.json").exists()  # nothing presents itself as complete
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert again.returncode != 0 and "holds a capture interrupted under torchrun" in again.stderr
+    alone = _run("capture", *SLOW, photos, *FORMATS, "-o", out, "--resume")
+    assert alone.returncode == 2 and "one process cannot resume it" in alone.stderr
+    done = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _same_capture(reference, out)
+
+
+@pytest.fixture
+def bad_inputs(tmp_path: Path) -> tuple[str | Path, ...]:
+    """Eight photos and two bad files, one in each half; the capture arguments, run once into ``one``."""
+    photos = _photos(tmp_path / "photos", 8)
+    (photos / "p01b.png").write_text("not a picture")  # refused when the inputs are collected: shard 0's
+    rocket = (SKIMAGE_DATA / "rocket.jpg").read_bytes()
+    (photos / "p05b.jpg").write_bytes(rocket[: len(rocket) // 3])  # fails when decoded: shard 1's
+    args = ("capture", "-m", "test_resnet", "-l", "conv1", "--batch-size", "2", "--skip-bad", photos)
+    assert _run(*args, "-o", tmp_path / "one").returncode == 0
+    return args
+
+
+def _skip_notes(manifest: dict) -> list[str]:
+    return [n for n in manifest["notes"] if "--skip-bad" in n]
+
+
+def test_skip_bad_shards_list_their_own_bad_inputs_and_the_merge_each_once(
+    tmp_path: Path, bad_inputs: tuple[str | Path, ...]
+) -> None:
+    args = bad_inputs
+    for i in (0, 1):
+        assert _run(*args, "-o", tmp_path / f"s{i}", "--shard", f"{i}/2").returncode == 0
+    merged = _run("merge", tmp_path / "s0", tmp_path / "s1", "-o", tmp_path / "merged")
+    assert merged.returncode == 0, merged.stderr
+    folders = ("one", "s0", "s1", "merged")
+    one, s0, s1, both = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in folders)
+    names = [[Path(s["path"]).name for s in m["skipped"]] for m in (one, s0, s1, both)]
+    assert names == [["p01b.png", "p05b.jpg"], ["p01b.png"], ["p05b.jpg"], ["p01b.png", "p05b.jpg"]]
+    assert both["skipped"] == one["skipped"]
+    assert len(_skip_notes(both)) == 1 and _skip_notes(both) == _skip_notes(one)
+    assert (tmp_path / "one" / "conv1.npy").read_bytes() == (tmp_path / "merged" / "conv1.npy").read_bytes()
+    # shards of another split of the same inputs: said, not taken for a repeated shard
+    assert _run(*args, "-o", tmp_path / "t1", "--shard", "1/3").returncode == 0
+    mixed = _run("merge", tmp_path / "s0", tmp_path / "s1", tmp_path / "t1", "-o", tmp_path / "m2")
+    assert mixed.returncode == 4 and "split the inputs differently" in mixed.stderr
+    assert "is shard 1/3" in mixed.stderr and "given twice" not in mixed.stderr
+
+
+def test_skip_bad_under_torchrun_lists_each_bad_input_once(
+    tmp_path: Path, bad_inputs: tuple[str | Path, ...]
+) -> None:
+    ranks = subprocess.run(_torchrun(*bad_inputs, "-o", tmp_path / "ranks"), capture_output=True, text=True,
+                           timeout=600, env=_launcher_env(tmp_path))  # fmt: skip
+    assert ranks.returncode == 0, ranks.stderr[-3000:]
+    one, both = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("one", "ranks"))
+    assert both["skipped"] == one["skipped"] and len(one["skipped"]) == 2
+    assert len(_skip_notes(both)) == 1 and _skip_notes(both) == _skip_notes(one)
+    assert (tmp_path / "one" / "conv1.npy").read_bytes() == (tmp_path / "ranks" / "conv1.npy").read_bytes()
+
+
+def test_torchrun_with_fewer_batches_than_ranks_idles_the_others_and_refuses_a_shard(tmp_path: Path) -> None:
+    photos, env = _photos(tmp_path / "photos", 3), _launcher_env(tmp_path)
+    args = ("capture", "-m", "test_resnet", "-l", "conv1", "--batch-size", "4", photos, *FORMATS)
+    assert _run(*args, "-o", tmp_path / "one").returncode == 0
+    ranks = subprocess.run(_torchrun(*args, "-o", tmp_path / "ranks"), capture_output=True, text=True,
+                           timeout=600, env=env)  # fmt: skip
+    assert ranks.returncode == 0, ranks.stderr[-3000:]
+    _same_capture(tmp_path / "one", tmp_path / "ranks")
+    shard = subprocess.run(_torchrun(*args, "-o", tmp_path / "s", "--shard", "0/2"), capture_output=True,
+                           text=True, timeout=600, env=env)  # fmt: skip
+    assert shard.returncode != 0 and "--shard 0/2 under torchrun" in shard.stderr
+    assert "exitcode  : 2" in shard.stderr and not (tmp_path / "s").exists()
+
+
+def test_an_interrupted_shard_resumes(tmp_path: Path, whole: tuple[Path, Path]) -> None:
+    photos, _ = whole
+    args = ("capture", *SLOW, photos, "--shard", "1/2")
+    assert _run(*args, "-o", tmp_path / "shard").returncode == 0
+    out = tmp_path / "out"
+    run = _start(*args, "-o", out)
+    _wait_until(lambda: _progress(out) >= 2, "reached 2 images", run)
+    os.killpg(run.pid, signal.SIGTERM)
+    assert run.wait(timeout=120) == 143
+    done = _run(*args, "-o", out, "--resume")
+    assert done.returncode == 0, done.stderr
+    _same_capture(tmp_path / "shard", out)
+
+
+def test_one_process_refuses_or_overwrites_what_an_interrupted_torchrun_left(
+    tmp_path: Path, whole: tuple[Path, Path]
+) -> None:
+    """A rank's folder made as a rank makes it (its shard, in OUT/.hookdump-ranks), interrupted."""
+    photos, reference = whole
+    out = tmp_path / "out"
+    rank = out / ".hookdump-ranks" / "rank-0"
+    run = _start("capture", *SLOW, photos, *FORMATS, "-o", rank, "--shard", "0/2")
+    _wait_until(lambda: _progress(rank) >= 2, "reached 2 images", run)
+    os.killpg(run.pid, signal.SIGTERM)
+    assert run.wait(timeout=120) == 143
+    plain = _run("capture", *SLOW, photos, *FORMATS, "-o", out)
+    assert plain.returncode == 2 and "holds a capture interrupted under torchrun" in plain.stderr
+    assert "--resume" in plain.stderr and "Traceback" not in plain.stderr
+    again = _run("capture", *SLOW, photos, *FORMATS, "-o", out, "--overwrite")
+    assert again.returncode == 0, again.stderr
+    _same_capture(reference, out)  # the ranks' folder is gone with the rest
+
+
+def test_sigterm_to_torchrun_while_a_finished_rank_waits_for_the_others(tmp_path: Path) -> None:
+    """Three batches on two ranks: rank 0 is done after one and waits; it says its shard is kept."""
+    photos = _photos(tmp_path / "photos", 3)
+    args = ("capture", "--import", PLUGIN, "-m", "slow_net", "-l", "conv", "--batch-size", "1", photos)
+    assert _run(*args, "-o", tmp_path / "one").returncode == 0
+    out, env = tmp_path / "out", _launcher_env(tmp_path) | {"HOOKDUMP_TEST_SLEEP": "3"}
+    command = _torchrun(*args, "-o", out, "--workers", "0")
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    _wait_until(lambda: (out / ".hookdump-ranks/rank-0/manifest.json").exists(), "rank 0 finished", run)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=300)
+    assert "error: interrupted (143): rank 0: its shard is complete in " in err
+    assert "error: interrupted (143): rank 1: " in err
+    done = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _same_capture(tmp_path / "one", out)
