@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -42,6 +43,10 @@ def _checkout_state() -> str | None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    # A shell without job control starts a background job with SIGINT ignored, and the tests' children
+    # would inherit that (their Ctrl-C tests could not stop them): a handler is reset to the default at exec.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # HOOKDUMP_SHARED_CHECKOUT=1: others are editing this checkout at the same time; their new files
     # are not this run's doing, so the check is off.
     shared = os.environ.get("HOOKDUMP_SHARED_CHECKOUT") == "1"
