@@ -191,16 +191,16 @@ def plan(
         )
     if opts.target is not None and not opts.grad:
         notes.append(f"--target {opts.target} is ignored without --grad (no gradient is computed)")
-    progress = None
-    if opts.resume and source is not None:
-        progress = outdir.read_progress(opts.out)
-        assert progress is not None, "outdir.check makes sure"
-        record = manifest.options_record(source, list(layer_specs), spec, opts)
-        outdir.check_same_run(progress, record, [str(p) for p in paths])
     shard = None
     if opts.shard is not None and source is not None:
         record = manifest.options_record(source, list(layer_specs), spec, opts)
         paths, shard = _shard(paths, source, opts, record)
+    progress = None
+    if opts.resume and source is not None:  # after the shard's cut: its run recorded the shard's inputs
+        progress = outdir.read_progress(opts.out)
+        assert progress is not None, "outdir.check makes sure"
+        record = manifest.options_record(source, list(layer_specs), spec, opts)
+        outdir.check_same_run(progress, record, [str(p) for p in paths])
     rows = len(paths) if source is not None and not source.random else 1
     sizes = budget.per_layer(found, targets, opts, rows, channels_last)
     needed = budget.total(sizes, opts)

@@ -225,6 +225,7 @@ class Writer:
             )  # fmt: skip
         _write_json(self.scratch / PROGRESS, {**progress, "streams": streams})
         self.images_done = int(progress.get("images", 0))
+        kill_at(f"checkpoint-{progress.get('batches')}")
 
     @property
     def kept(self) -> bool:
@@ -360,6 +361,14 @@ def _remove_previous(out: Path) -> None:
         if path.parent == out and path.is_file():
             path.unlink()
     shutil.rmtree(out / REPORT_FOLDER, ignore_errors=True)
+
+
+def kill_at(point: str) -> None:
+    """Test seam: ``HOOKDUMP_TEST_KILL_AT=point`` SIGKILLs this process there, as a power cut would
+    (``checkpoint-N``: after the N-th batch's checkpoint; ``commit-staged``, ``commit-moves``,
+    ``commit-done``: in the final moves)."""
+    if os.environ.get("HOOKDUMP_TEST_KILL_AT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

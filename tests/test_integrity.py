@@ -1,0 +1,72 @@
+"""Exit 0 never hides wrong or lost data: a resumed capture re-checks what it already holds (its inputs'
+sha256, its streams' lengths), the final moves survive kill -9, nothing the user owns is replaced, and a
+capture of nothing fails. Every case runs the real console script; kills are real SIGKILLs at the points
+named by the test seam HOOKDUMP_TEST_KILL_AT (``sinks.kill_at``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import SKIMAGE_DATA
+
+EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
+TINY = ("-m", "test_resnet", "--input-size", "3,64,64", "-l", "layer1", "-l", "fc")
+PHOTOS = ["coffee.png", "chelsea.png", "astronaut.png", "rocket.jpg"]
+SCRATCH = ".hookdump-partial"
+
+
+def _photos(folder: Path, n: int) -> Path:
+    folder.mkdir(parents=True)
+    for i in range(n):
+        name = PHOTOS[i % len(PHOTOS)]
+        shutil.copy(SKIMAGE_DATA / name, folder / f"img_{i:03d}{Path(name).suffix}")
+    return folder
+
+
+def hd(*args: object, kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The real console script; ``kill_at``: SIGKILLed there (``HOOKDUMP_TEST_KILL_AT``)."""
+    env = {**os.environ, "HOOKDUMP_TEST_KILL_AT": kill_at or ""}
+    done = subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, env=env, timeout=600)
+    if kill_at is not None:
+        assert done.returncode == -signal.SIGKILL, done.stderr
+    return done
+
+
+def _manifest(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
+
+
+def _same_capture(out: Path, whole: Path) -> None:
+    """``out`` holds the files ``whole`` (an uninterrupted run) holds, byte for byte, and the same inputs."""
+    theirs, ours = _files(whole), _files(out)
+    assert sorted(ours) == sorted(theirs)
+    for name in theirs:
+        if name != "manifest.json":
+            assert ours[name] == theirs[name], name
+    assert _manifest(out)["inputs"] == _manifest(whole)["inputs"]
+    assert _manifest(out)["complete"] is not False
+
+
+# --- item 9: an interrupted --shard I/N resumes ----------------------------------------------------------
+
+
+def test_an_interrupted_shard_resumes_to_the_bytes_of_an_uninterrupted_one(tmp_path: Path) -> None:
+    photos = _photos(tmp_path / "p", 16)
+    args = ("capture", *TINY, photos, "--batch-size", "2", "--shard", "1/2")
+    assert hd(*args, "-o", tmp_path / "whole").returncode == 0
+    out = tmp_path / "out"
+    hd(*args, "-o", out, kill_at="checkpoint-2")
+    done = hd(*args, "-o", out, "--resume")
+    assert done.returncode == 0, done.stderr
+    assert "resumed after 4 of 8 images" in done.stderr
+    _same_capture(out, tmp_path / "whole")
