@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import layouts, loader, manifest, models, sinks, units
+from . import inputs, layouts, loader, manifest, models, sinks, units
 from .errors import Interrupted
 from .inputs import random_batch
 from .inputs import records as input_records
@@ -80,6 +80,8 @@ def run(
         finally:
             behind.close(errors=False)
             batches.close()  # decoding workers exit now, not when the interpreter does
+        if found.paths and {str(p) for p in found.paths} <= state.skipped_paths:
+            raise inputs.none_readable(state.skipped)  # every image failed to decode (--skip-bad)
         results = recorder.entries()
         modules = dict(net.named_modules())
         for item in results:

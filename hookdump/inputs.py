@@ -81,7 +81,18 @@ def collect(
             skipped.append({"path": str(path), "reason": exc.message})
             continue
         kept.append(path)
+    if found and not kept:
+        raise none_readable(skipped or [])
     return kept
+
+
+def none_readable(skipped: list[dict[str, str]]) -> InputError:
+    """``--skip-bad`` left out every input: a capture of nothing must fail, as an empty folder does."""
+    first = f" (`{skipped[0]['path']}`: {skipped[0]['reason']})" if skipped else ""
+    return InputError(
+        f"No image to capture: --skip-bad left out all {len(skipped)} input(s) as unreadable{first}.",
+        "Fix or replace the inputs: --skip-bad leaves out some bad images, not all of them.",
+    )
 
 
 def _expand(text: str, skip: frozenset[Path]) -> list[Path]:
@@ -91,6 +102,8 @@ def _expand(text: str, skip: frozenset[Path]) -> list[Path]:
             raise InputError(f"List file `{listing}` does not exist.", "Write one image path a line in it.")
         lines = [ln.strip() for ln in listing.read_text().splitlines()]
         paths = [Path(ln) for ln in lines if ln and not ln.startswith("#")]
+        if not paths:
+            raise InputError(f"List file `{listing}` holds no images.", "Write one image path a line in it.")
         return [p if p.exists() or p.is_absolute() else listing.parent / p for p in paths]
     path = Path(text)
     if path.is_dir():

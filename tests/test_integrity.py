@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from conftest import SKIMAGE_DATA
+from test_messages import paragraph
 
 EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 TINY = ("-m", "test_resnet", "--input-size", "3,64,64", "-l", "layer1", "-l", "fc")
@@ -70,3 +71,36 @@ def test_an_interrupted_shard_resumes_to_the_bytes_of_an_uninterrupted_one(tmp_p
     assert done.returncode == 0, done.stderr
     assert "resumed after 4 of 8 images" in done.stderr
     _same_capture(out, tmp_path / "whole")
+
+
+# --- item 4: a capture of zero images fails ---------------------------------------------------------------
+
+
+def _bad_inputs(folder: Path) -> Path:
+    folder.mkdir()
+    (folder / "text.png").write_text("not an image\n")  # refused by its header, before any work
+    (folder / "cut.jpg").write_bytes((SKIMAGE_DATA / "rocket.jpg").read_bytes()[:3000])  # fails to decode
+    return folder
+
+
+def test_a_capture_of_no_image_fails_and_leaves_nothing(tmp_path: Path) -> None:
+    bad = _bad_inputs(tmp_path / "bad")
+    (tmp_path / "empty.txt").write_text("# nothing yet\n\n")
+    cases = [
+        ((f"@{tmp_path / 'empty.txt'}",), ("List file", "empty.txt` holds no images", "path a line")),
+        ((bad, "--skip-bad"), ("No image to capture", "left out all 2 input(s)", "text.png")),
+        ((bad / "cut.jpg", "--skip-bad"), ("No image to capture", "left out all 1 input(s)", "cut.jpg")),
+    ]
+    for inputs, words in cases:
+        out = tmp_path / "out"
+        done = hd("capture", *TINY, *inputs, "-o", out)
+        assert done.returncode == 4, done.stderr
+        paragraph(done.stderr, *words, "Fix" if "skip" in str(inputs) else "Write")
+        assert not out.exists()
+    # an earlier capture in the folder is left as it was
+    earlier = tmp_path / "earlier"
+    assert hd("capture", *TINY, "--random-input", "-o", earlier).returncode == 0
+    before = _files(earlier)
+    done = hd("capture", *TINY, bad / "cut.jpg", "--skip-bad", "-o", earlier, "--overwrite")
+    assert done.returncode == 4, done.stderr
+    assert _files(earlier) == before and sorted(p.name for p in earlier.iterdir()) == sorted(before)
