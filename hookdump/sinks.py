@@ -24,7 +24,7 @@ from .manifest import MANIFEST, ROLLOUT, entry_stem, is_picture_of
 from .outdir import CLASSES, PROGRESS, REPORT_FOLDER, REPORT_PAGE, RUN, SCRATCH
 from .records import Captured, Key, key_from_json
 from .stats import Accumulator, nonfinite_notes
-from .stream import HEADER_BYTES, NpyStream
+from .stream import HEADER_BYTES, NpyStream, check_holds
 
 FORMATS = ("npy", "pt", "safetensors")
 SAVE_DTYPES = ("float32", "float16", "bfloat16", "keep")
@@ -129,6 +129,7 @@ class Writer:
         self.images_done = 0  # images the last checkpoint covers (what an interrupted run keeps)
         self.committed = False  # the files and the manifest are in place
         self._keep_scratch = False
+        self._synced = 0  # streams whose file names were made durable
 
     def __enter__(self) -> Writer:
         """Create ``out``, lock it (one capture at a time), then continue or clear its scratch folder."""
@@ -165,6 +166,8 @@ class Writer:
         self.resumed = outdir.read_progress(self.out)
         assert self.resumed is not None, "outdir.check makes sure"
         self.images_done = int(self.resumed.get("images", 0))
+        for state in self.resumed["streams"]:  # all checked before any is touched
+            check_holds(self.scratch, key_from_json(state["key"])[0], state)
         lines = (self.scratch / CLASSES).read_text().splitlines() if (self.scratch / CLASSES).exists() else []
         kept = lines[: self.resumed["batches"]]  # a batch whose classes were written, not checkpointed: again
         if lines:
@@ -214,8 +217,11 @@ class Writer:
         if classes:
             with (self.scratch / CLASSES).open("a") as handle:
                 handle.write(" ".join(map(str, classes)) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
         streams = []
         for key, stream in self.streams.items():
+            stream.sync()  # what the checkpoint counts is on the disk before the checkpoint is
             acc = self.stats[key]
             streams.append(
                 {
@@ -223,7 +229,10 @@ class Writer:
                     "stats": None if acc is None else acc.state(),
                 }
             )  # fmt: skip
-        _write_json(self.scratch / PROGRESS, {**progress, "streams": streams})
+        if len(self.streams) > self._synced:  # new files: their names reach the disk too
+            _sync_folder(self.scratch)
+            self._synced = len(self.streams)
+        _write_json(self.scratch / PROGRESS, {**progress, "streams": streams}, durable=True)
         self.images_done = int(progress.get("images", 0))
         kill_at(f"checkpoint-{progress.get('batches')}")
 
@@ -371,8 +380,22 @@ def kill_at(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Atomically: a temporary file beside it, then a rename (a reader never sees half a file)."""
+def _write_json(path: Path, data: dict[str, Any], durable: bool = False) -> None:
+    """Atomically: a temporary file beside it, then a rename (a reader never sees half a file);
+    ``durable``: on the disk before the rename, so a power cut leaves the old file or the new one whole."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    with tmp.open("w") as handle:
+        handle.write(json.dumps(data, indent=2) + "\n")
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the names in ``folder`` (files made or renamed there) durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -104,3 +104,34 @@ def test_a_capture_of_no_image_fails_and_leaves_nothing(tmp_path: Path) -> None:
     done = hd("capture", *TINY, bad / "cut.jpg", "--skip-bad", "-o", earlier, "--overwrite")
     assert done.returncode == 4, done.stderr
     assert _files(earlier) == before and sorted(p.name for p in earlier.iterdir()) == sorted(before)
+
+
+# --- item 2: a stream shorter than its checkpoint is refused, never padded with zeros ---------------------
+
+
+def _scratch_files(out: Path) -> dict[str, bytes]:
+    return _files(out / SCRATCH)
+
+
+def test_a_stream_cut_short_after_its_checkpoint_is_refused_changing_nothing(tmp_path: Path) -> None:
+    photos, out = _photos(tmp_path / "p", 16), tmp_path / "out"
+    args = ("capture", *TINY, photos, "--batch-size", "4")
+    hd(*args, "-o", out, kill_at="checkpoint-2")
+    progress = json.loads((out / SCRATCH / "progress.json").read_text())
+    state = next(s for s in progress["streams"] if s["key"][0] == "layer1")
+    assert state["rows"] == 8
+    stream = out / SCRATCH / state["file"]
+    row = (stream.stat().st_size - 512) // 8
+    os.truncate(stream, 512 + 3 * row + 100)  # what a power cut can leave: the last blocks never written
+    before = _scratch_files(out)
+    done = hd(*args, "-o", out, "--resume")
+    assert done.returncode == 4, done.stderr
+    paragraph(done.stderr, "lost data", "counts 8 row(s) of `layer1`", state["file"], "holds 3 of them")
+    paragraph(done.stderr, "--overwrite")
+    assert _scratch_files(out) == before and not (out / "manifest.json").exists()
+    stream.unlink()
+    gone = hd(*args, "-o", out, "--resume")
+    assert gone.returncode == 4 and "is missing" in paragraph(gone.stderr, "lost data"), gone.stderr
+    assert hd(*args, "-o", out, "--overwrite").returncode == 0
+    assert hd(*args, "-o", tmp_path / "whole").returncode == 0
+    _same_capture(out, tmp_path / "whole")
