@@ -201,6 +201,7 @@ def plan(
         assert progress is not None, "outdir.check makes sure"
         record = manifest.options_record(source, list(layer_specs), spec, opts)
         outdir.check_same_run(progress, record, [str(p) for p in paths])
+        outdir.check_inputs_unchanged(opts.out, progress)
     rows = len(paths) if source is not None and not source.random else 1
     sizes = budget.per_layer(found, targets, opts, rows, channels_last)
     needed = budget.total(sizes, opts)

@@ -50,10 +50,10 @@ def run(
 
         writer.start({"options": options_record, "inputs": input_list})
 
-        def write(item: tuple[dict[Key, torch.Tensor], dict[str, Any], list[int], int]) -> None:
-            tensors, progress, classes, images = item
+        def write(item: tuple[dict[Key, torch.Tensor], dict[str, Any], list[int], int, list[Path]]) -> None:
+            tensors, progress, classes, images, paths = item
             writer.append(tensors)
-            writer.checkpoint(progress, classes)
+            writer.checkpoint(progress, classes, paths)
             if on_batch is not None:
                 on_batch(images, len(found.paths) or 1, writer.bytes_written())
 
@@ -61,7 +61,8 @@ def run(
 
         def sink(tensors: dict[Key, torch.Tensor], batch: loader.Batch, classes: list[int]) -> None:
             state.advance(batch, classes)
-            behind.put((tensors, state.progress(len(input_list), recorder), classes, state.images))
+            progress = state.progress(len(input_list), recorder)
+            behind.put((tensors, progress, classes, state.images, list(batch.paths)))
 
         def stopped(exc: KeyboardInterrupt) -> Interrupted:
             """Keep what reached the disk (its last checkpoint), say so in the folder and to the user."""
@@ -101,7 +102,7 @@ def run(
             )
         notes += writer.nonfinite_notes(results)  # NaN / Inf in a saved tensor, naming it
         records = input_records(
-            [p for p in found.paths if str(p) not in state.skipped_paths], source, found.config
+            [p for p in found.paths if str(p) not in state.skipped_paths], source, found.config, writer.hashes
         )
         extra = {**_run_record(recorder, run, opts, state.classes), "skipped": state.skipped, "notes": notes}
         if found.shard is not None:

@@ -223,10 +223,17 @@ def random_batch(config: dict[str, Any], seed: int) -> torch.Tensor:
     return torch.randn((1, *config["input_size"]), generator=generator)
 
 
-def records(paths: list[Path], source: InputSpec, config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The manifest's ``inputs``: each path with its sha256 and ``describe``, or the seeded random input."""
+def records(
+    paths: list[Path], source: InputSpec, config: dict[str, Any], hashes: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The manifest's ``inputs``: each path with its sha256 (from ``hashes``, taken as it was captured,
+    where given) and ``describe``, or the seeded random input."""
     if source.random:
         return [{"random": True, "seed": source.seed, "shape": [1, *config["input_size"]]}]
     mode = model_mode(config)
     sample = {"sample": True} if source.sample else {}
-    return [{"path": str(p), "sha256": sha256(p), **describe(p, mode), **sample} for p in paths]
+    known = hashes or {}
+    return [
+        {"path": str(p), "sha256": known.get(str(p)) or sha256(p), **describe(p, mode), **sample}
+        for p in paths
+    ]

@@ -16,6 +16,7 @@ SCRATCH = ".hookdump-partial"
 PROGRESS = "progress.json"  # after each batch: counts, streams, recorder state
 RUN = "run.json"  # once: the options and the inputs, for --resume to compare
 CLASSES = "classes.txt"  # with --grad: each batch's classes, a line each
+HASHES = "inputs.jsonl"  # each batch's inputs as [path, sha256] pairs, a line each: what --resume re-checks
 REPORT_PAGE, REPORT_FOLDER = "index.html", "report"  # ``hookdump report``: the page and its pictures
 
 
@@ -116,6 +117,36 @@ def check_same_run(progress: dict[str, Any], options: dict[str, Any], inputs: li
             f"--resume continues a capture of other inputs ({where}).",
             "Resume with the same inputs, or pass --overwrite to start again.",
         )
+
+
+def read_hashes(out: Path, batches: int) -> list[list[Any]]:
+    """The inputs of the first ``batches`` batches, each a list of ``[path, sha256]`` as they were read."""
+    try:
+        lines = (out / SCRATCH / HASHES).read_text().splitlines()[:batches]
+        rows = [json.loads(line) for line in lines]
+    except (OSError, ValueError):  # a capture of hookdump 0.1, or none: nothing recorded to compare
+        return []
+    return [[str(p), str(h)] for batch in rows if isinstance(batch, list) for p, h in batch]
+
+
+def check_inputs_unchanged(out: Path, progress: dict[str, Any]) -> None:
+    """``--resume``: each input whose rows are already on disk still holds what was read then (its sha256),
+    so the finished files are all of today's inputs. Only those inputs are hashed again."""
+    from .digest import sha256
+
+    for path, digest in read_hashes(out, int(progress.get("batches", 0))):
+        try:
+            now = sha256(Path(path))
+        except OSError as exc:
+            now = f"unreadable ({exc.strerror or exc})"
+        if now != digest:
+            what = f"sha256 {digest[:12]}... then, {now[:12]}... now" if len(now) == 64 else now
+            raise InputError(
+                f"Input `{path}` changed since the interrupted capture in `{out}` read it ({what}): the"
+                " rows already captured from it would not match it.",
+                "Put the original file back and rerun with --resume, or rerun with --overwrite to capture"
+                " every input again.",
+            )
 
 
 #: The longest layer name a file may carry: file systems allow 255 bytes, and hookdump adds suffixes

@@ -16,12 +16,13 @@ from typing import Any
 import torch
 
 from . import outdir
+from .digest import sha256
 from .errors import Interrupted, UsageError, check_choice
 from .failures import DISK_FULL, disk_full
 from .formats import SAFETENSORS_FILE, SAFETENSORS_INDEX, write_pt, write_safetensors
 from .lock import OutputLock
 from .manifest import MANIFEST, ROLLOUT, entry_stem, is_picture_of
-from .outdir import CLASSES, PROGRESS, REPORT_FOLDER, REPORT_PAGE, RUN, SCRATCH
+from .outdir import CLASSES, HASHES, PROGRESS, REPORT_FOLDER, REPORT_PAGE, RUN, SCRATCH
 from .records import Captured, Key, key_from_json
 from .stats import Accumulator, nonfinite_notes
 from .stream import HEADER_BYTES, NpyStream, check_holds
@@ -130,6 +131,7 @@ class Writer:
         self.committed = False  # the files and the manifest are in place
         self._keep_scratch = False
         self._synced = 0  # streams whose file names were made durable
+        self.hashes: dict[str, str] = {}  # each input's sha256 when its batch was written
 
     def __enter__(self) -> Writer:
         """Create ``out``, lock it (one capture at a time), then continue or clear its scratch folder."""
@@ -168,11 +170,11 @@ class Writer:
         self.images_done = int(self.resumed.get("images", 0))
         for state in self.resumed["streams"]:  # all checked before any is touched
             check_holds(self.scratch, key_from_json(state["key"])[0], state)
-        lines = (self.scratch / CLASSES).read_text().splitlines() if (self.scratch / CLASSES).exists() else []
-        kept = lines[: self.resumed["batches"]]  # a batch whose classes were written, not checkpointed: again
-        if lines:
-            (self.scratch / CLASSES).write_text("".join(f"{line}\n" for line in kept))
+        batches = self.resumed["batches"]  # a batch written but not checkpointed is done again: its lines go
+        kept = _keep_lines(self.scratch / CLASSES, batches)
         self.resumed["classes"] = [int(c) for line in kept for c in line.split()]
+        _keep_lines(self.scratch / HASHES, batches)
+        self.hashes = {path: digest for path, digest in outdir.read_hashes(self.out, batches)}
         for state in self.resumed["streams"]:
             key = key_from_json(state["key"])
             self.streams[key] = NpyStream.reopen(self.scratch, key[0], state, self.direct)
@@ -211,14 +213,15 @@ class Writer:
         if self.resumed is None:
             _write_json(self.scratch / RUN, run)
 
-    def checkpoint(self, progress: dict[str, Any], classes: list[int]) -> None:
-        """After a batch reached the files: record it (``progress``: counts, recorder state; the batch's
-        classes, with --grad, appended to a file of their own, so no checkpoint grows with the dataset)."""
+    def checkpoint(self, progress: dict[str, Any], classes: list[int], inputs: list[Path]) -> None:
+        """After a batch reached the files: record it (``progress``: counts, recorder state; the sha256 of
+        the batch's ``inputs``, and its classes with --grad, are appended to files of their own, so no
+        checkpoint grows with the dataset)."""
+        pairs = [(str(p), sha256(p)) for p in inputs]
+        self.hashes.update(pairs)
+        _append_line(self.scratch / HASHES, json.dumps(pairs))
         if classes:
-            with (self.scratch / CLASSES).open("a") as handle:
-                handle.write(" ".join(map(str, classes)) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
+            _append_line(self.scratch / CLASSES, " ".join(map(str, classes)))
         streams = []
         for key, stream in self.streams.items():
             stream.sync()  # what the checkpoint counts is on the disk before the checkpoint is
@@ -322,7 +325,7 @@ class Writer:
                     os.replace(stream.path, scratch / f"{item.stem}.npy")
             _remove_previous(self.out)
             for path in scratch.glob("*.*"):
-                if not path.name.startswith("stream-") and path.name not in (PROGRESS, RUN, CLASSES):
+                if not path.name.startswith("stream-") and path.name not in (PROGRESS, RUN, CLASSES, HASHES):
                     os.replace(path, self.out / path.name)
             _write_json(self.out / MANIFEST, {**header, "tensors": [s.as_dict() for s in saved]})
             self._keep_scratch, self.committed = False, True
@@ -390,6 +393,23 @@ def _write_json(path: Path, data: dict[str, Any], durable: bool = False) -> None
             handle.flush()
             os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+def _append_line(path: Path, line: str) -> None:
+    """Append ``line`` to ``path``, durably (before the checkpoint that counts it)."""
+    with path.open("a") as handle:
+        handle.write(line + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _keep_lines(path: Path, count: int) -> list[str]:
+    """Cut ``path`` to its first ``count`` lines (a file of one line per batch), returned; [] if absent."""
+    if not path.exists():
+        return []
+    kept = path.read_text().splitlines()[:count]
+    path.write_text("".join(f"{line}\n" for line in kept))
+    return kept
 
 
 def _sync_folder(folder: Path) -> None:

@@ -5,6 +5,7 @@ named by the test seam HOOKDUMP_TEST_KILL_AT (``sinks.kill_at``)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -135,3 +136,29 @@ def test_a_stream_cut_short_after_its_checkpoint_is_refused_changing_nothing(tmp
     assert hd(*args, "-o", out, "--overwrite").returncode == 0
     assert hd(*args, "-o", tmp_path / "whole").returncode == 0
     _same_capture(out, tmp_path / "whole")
+
+
+# --- item 1: --resume re-checks the inputs whose rows are on disk ------------------------------------------
+
+
+def test_resume_refuses_an_input_changed_since_its_rows_were_captured(tmp_path: Path) -> None:
+    photos, out = _photos(tmp_path / "p", 16), tmp_path / "out"
+    args = ("capture", *TINY, photos, "--batch-size", "4")
+    hd(*args, "-o", out, kill_at="checkpoint-2")
+    original = (photos / "img_001.png").read_bytes()
+    shutil.copy(SKIMAGE_DATA / "astronaut.png", photos / "img_001.png")  # another photo, the same name
+    before = _scratch_files(out)
+    done = hd(*args, "-o", out, "--resume")
+    assert done.returncode == 4, done.stderr
+    paragraph(done.stderr, "img_001.png` changed since the interrupted capture", "sha256", "--overwrite")
+    assert _scratch_files(out) == before and not (out / "manifest.json").exists()
+    (photos / "img_001.png").write_bytes(original)  # put back: the resume goes on, to the same bytes
+    assert hd(*args, "-o", out, "--resume").returncode == 0
+    assert hd(*args, "-o", tmp_path / "whole").returncode == 0
+    _same_capture(out, tmp_path / "whole")
+    # an input of a batch not yet captured may change: it is read (and hashed) when its batch comes
+    hd(*args, "-o", tmp_path / "later", kill_at="checkpoint-1")
+    shutil.copy(SKIMAGE_DATA / "astronaut.png", photos / "img_012.png")
+    assert hd(*args, "-o", tmp_path / "later", "--resume").returncode == 0
+    later = next(i for i in _manifest(tmp_path / "later")["inputs"] if i["path"].endswith("img_012.png"))
+    assert later["sha256"] == hashlib.sha256((SKIMAGE_DATA / "astronaut.png").read_bytes()).hexdigest()
