@@ -16,6 +16,7 @@ from . import (
     attention,
     budget,
     capturing,
+    commit,
     inputs,
     inventory,
     layers,
@@ -33,7 +34,7 @@ from .inputs import InputSpec
 from .lock import check_free
 from .models import ModelSpec
 from .options import CaptureOptions
-from .results import CapturePlan, CaptureResult, ModuleTree
+from .results import CapturePlan, CaptureResult, ModuleTree, from_manifest
 from .runner import DTYPES
 
 T = TypeVar("T")
@@ -266,6 +267,7 @@ def capture(
         on_batch: called after each batch reached the disk with (images done, images in all, bytes written).
     """
     started = time.perf_counter()
+    commit.clean_finished(Path(dataclasses.replace(options or CaptureOptions(), **option_values).out))
     found = plan(layer_specs, model=model, images=images, options=options, **option_values)
     if parallel.world()[1] > 1 and found.options.shard is None:
         result = _capture_on_ranks(found, list(layer_specs), started)
@@ -289,13 +291,7 @@ def _capture_on_ranks(found: CapturePlan, layer_specs: list[str], started: float
     if not isinstance(merged, parallel.MergeResult):
         return merged  # type: ignore[no-any-return]  # ranks but 0: their shard
     data = json.loads(merged.manifest.read_text())
-    return CaptureResult(
-        out=opts.out, manifest=merged.manifest, requested=found.tree.requested,
-        timm_name=found.tree.timm_name,
-        device=data["device"], tensors=merged.tensors, inputs=data["inputs"], notes=data["notes"],
-        seconds=time.perf_counter() - started, stopped_early=data["stopped_early"],
-        classes=(data.get("grad") or {}).get("classes", []), skipped=data.get("skipped", []),
-    )  # fmt: skip
+    return from_manifest(opts.out, data, time.perf_counter() - started, merged.tensors)
 
 
 #: The largest --batch-size taken: far beyond any memory, below the sizes Python's own indexing refuses.

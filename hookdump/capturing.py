@@ -3,6 +3,7 @@ an interruption that keeps what reached the disk, and the files and manifest at 
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
@@ -19,7 +20,7 @@ from .inputs import records as input_records
 from .options import CaptureOptions
 from .recorder import Recorder
 from .records import Captured, Key
-from .results import CapturePlan, CaptureResult
+from .results import CapturePlan, CaptureResult, from_manifest
 from .runner import Run, forward_all
 
 
@@ -40,6 +41,10 @@ def run(
     with sinks.Writer(
         opts.out, opts.formats, opts.save_dtype, opts.overwrite, opts.resume, shard_bytes, found.total_bytes
     ) as writer:
+        if writer.committed:  # --resume of a run stopped in its final moves: the writer finished them
+            data = json.loads((opts.out / manifest.MANIFEST).read_text())
+            data["notes"] = [*data["notes"], *writer.notes]
+            return from_manifest(opts.out, data, time.perf_counter() - started)
         net, weight_notes = found.load()
         net.to(torch_device)
         recorder = _recorder(net, found)

@@ -16,6 +16,7 @@ SCRATCH = ".hookdump-partial"
 PROGRESS = "progress.json"  # after each batch: counts, streams, recorder state
 RUN = "run.json"  # once: the options and the inputs, for --resume to compare
 CLASSES = "classes.txt"  # with --grad: each batch's classes, a line each
+JOURNAL = "commit.json"  # the final moves, decided (``commit``): what a rerun finishes
 HASHES = "inputs.jsonl"  # each batch's inputs as [path, sha256] pairs, a line each: what --resume re-checks
 REPORT_PAGE, REPORT_FOLDER = "index.html", "report"  # ``hookdump report``: the page and its pictures
 
@@ -29,14 +30,26 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def committing(out: Path) -> str | None:
+    """``pending``: a capture was stopped in its final moves (``commit.finish`` completes them); ``done``:
+    after them, its manifest in place, only its scratch folder left; None: neither."""
+    if not (out / SCRATCH / JOURNAL).is_file():
+        return None
+    return "pending" if (out / SCRATCH / MANIFEST).is_file() else "done"
+
+
 def read_progress(out: Path) -> dict[str, Any] | None:
-    """How far an interrupted capture got (with its options and inputs), or None when there is none."""
+    """How far an interrupted capture got (with its options and inputs), or None when there is none (a
+    scratch folder left after the final moves holds none)."""
+    state = committing(out)
     try:
         progress = json.loads((out / SCRATCH / PROGRESS).read_text())
         run = json.loads((out / SCRATCH / RUN).read_text())
     except (OSError, ValueError):
         return None
-    return {**run, **progress} if isinstance(progress, dict) and isinstance(run, dict) else None
+    if state == "done" or not isinstance(progress, dict) or not isinstance(run, dict):
+        return None
+    return {**run, **progress, "committing": state == "pending"}
 
 
 def check(out: Path, overwrite: bool, resume: bool) -> None:
@@ -88,7 +101,8 @@ def check(out: Path, overwrite: bool, resume: bool) -> None:
 
 def progress_text(progress: dict[str, Any]) -> str:
     """``64 of 256 images done``."""
-    return f"{progress.get('images', 0)} of {progress.get('total', '?')} images done"
+    done = f"{progress.get('images', 0)} of {progress.get('total', '?')} images done"
+    return f"{done}, stopped while moving its files into place" if progress.get("committing") else done
 
 
 def check_same_run(progress: dict[str, Any], options: dict[str, Any], inputs: list[str]) -> None:

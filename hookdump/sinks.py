@@ -6,23 +6,20 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import outdir
+from . import commit, outdir
 from .digest import sha256
 from .errors import Interrupted, UsageError, check_choice
 from .failures import DISK_FULL, disk_full
-from .formats import SAFETENSORS_FILE, SAFETENSORS_INDEX, write_pt, write_safetensors
+from .formats import SAFETENSORS_INDEX, write_pt, write_safetensors
 from .lock import OutputLock
-from .manifest import MANIFEST, ROLLOUT, entry_stem, is_picture_of
-from .outdir import CLASSES, HASHES, PROGRESS, REPORT_FOLDER, REPORT_PAGE, RUN, SCRATCH
+from .manifest import MANIFEST
+from .outdir import CLASSES, HASHES, PROGRESS, RUN, SCRATCH
 from .records import Captured, Key, key_from_json
 from .stats import Accumulator, nonfinite_notes
 from .stream import HEADER_BYTES, NpyStream, check_holds
@@ -140,6 +137,14 @@ class Writer:
         self.lock = OutputLock(self.out)
         try:
             self.lock.acquire()
+            state = outdir.committing(self.out)
+            if state is not None:  # a run killed in its final moves (or just after): finished first
+                commit.finish(self.out)
+                if state == "pending":
+                    self.notes.append(f"finished moving the files of the capture interrupted in {self.out}")
+                if state == "pending" and self.resume:
+                    self.committed = True  # nothing left to do: the caller reads the manifest
+                    return self
             outdir.check(self.out, self.overwrite, self.resume)  # again, now that no other run writes here
             if self.resume:
                 self._reopen()
@@ -211,7 +216,7 @@ class Writer:
     def start(self, run: dict[str, Any]) -> None:
         """What stays the same for the whole run (options, the inputs), written once, for --resume."""
         if self.resumed is None:
-            _write_json(self.scratch / RUN, run)
+            commit.write_json(self.scratch / RUN, run)
 
     def checkpoint(self, progress: dict[str, Any], classes: list[int], inputs: list[Path]) -> None:
         """After a batch reached the files: record it (``progress``: counts, recorder state; the sha256 of
@@ -233,11 +238,11 @@ class Writer:
                 }
             )  # fmt: skip
         if len(self.streams) > self._synced:  # new files: their names reach the disk too
-            _sync_folder(self.scratch)
+            commit.sync_folder(self.scratch)
             self._synced = len(self.streams)
-        _write_json(self.scratch / PROGRESS, {**progress, "streams": streams}, durable=True)
+        commit.write_json(self.scratch / PROGRESS, {**progress, "streams": streams}, durable=True)
         self.images_done = int(progress.get("images", 0))
-        kill_at(f"checkpoint-{progress.get('batches')}")
+        commit.kill_at(f"checkpoint-{progress.get('batches')}")
 
     @property
     def kept(self) -> bool:
@@ -253,7 +258,7 @@ class Writer:
         folder holds a finished capture (which an interrupted --overwrite must not damage)."""
         self._keep_scratch = (self.scratch / PROGRESS).exists()
         if self._keep_scratch and outdir.read_manifest(self.out) is None:
-            _write_json(self.out / MANIFEST, manifest)
+            commit.write_json(self.out / MANIFEST, manifest)
 
     def append(self, batch: dict[Key, torch.Tensor]) -> None:
         """Add one forward pass's tensors, each to its own stream, and to its stats (of the saved values)."""
@@ -319,80 +324,20 @@ class Writer:
             for item, stream in zip(entries, streams, strict=True)
             for fmt in self.formats
         ]
-        with _signals_held() as came:  # stopped half-way, this would leave neither capture whole
-            if "npy" in self.formats:
-                for item, stream in zip(entries, streams, strict=True):
-                    os.replace(stream.path, scratch / f"{item.stem}.npy")
-            _remove_previous(self.out)
-            for path in scratch.glob("*.*"):
-                if not path.name.startswith("stream-") and path.name not in (PROGRESS, RUN, CLASSES, HASHES):
-                    os.replace(path, self.out / path.name)
-            _write_json(self.out / MANIFEST, {**header, "tensors": [s.as_dict() for s in saved]})
+        moves = {name: name for (_, fmt), name in files.items() if fmt != "npy"}  # scratch name -> in out
+        if "npy" in self.formats:
+            moves |= {s.path.name: f"{i.stem}.npy" for i, s in zip(entries, streams, strict=True)}
+        if (scratch / SAFETENSORS_INDEX).is_file():
+            moves[SAFETENSORS_INDEX] = SAFETENSORS_INDEX
+        with commit.signals_held() as came:  # a kill from here on leaves a state a rerun finishes
+            commit.stage(self.out, moves, {**header, "tensors": [s.as_dict() for s in saved]})
+            self._keep_scratch = True  # decided: whatever happens now, a rerun finishes it
+            commit.kill_at("commit-staged")
+            commit.finish(self.out)
             self._keep_scratch, self.committed = False, True
         if came:
             raise Interrupted(128 + came[0], f"the capture had finished: `{self.out}` holds it, complete.")
         return saved
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[list[int]]:
-    """Ctrl-C and SIGTERM wait until the block is done; the signals that came are listed (in the main
-    thread, where Python runs signal handlers; elsewhere nothing is held)."""
-    came: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield came
-        return
-    held = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    held = {s: h for s, h in held.items() if h is not signal.SIG_IGN and h is not None}
-    for number in held:
-        signal.signal(number, lambda signum, frame: came.append(signum))
-    try:
-        yield came
-    finally:
-        for number, handler in held.items():
-            signal.signal(number, handler)
-
-
-def _remove_previous(out: Path) -> None:
-    """With --overwrite: delete the files the old manifest lists, and the pictures and report page drawn
-    from them (``show``, ``capture --png``, ``hookdump report``), so nothing stale stays behind."""
-    manifest = out / MANIFEST
-    if not manifest.exists():
-        return
-    try:
-        old = json.loads(manifest.read_text())
-        files = {entry["file"] for entry in old.get("tensors", [])}
-        stems = {entry_stem(entry) for entry in old.get("tensors", [])}
-    except (ValueError, KeyError, TypeError, AttributeError):
-        files, stems = set(), set()
-    if any(name != SAFETENSORS_FILE and name.startswith("tensors-") for name in files):
-        files.add(SAFETENSORS_INDEX)
-    manifest.unlink()
-    drawn = [p for p in out.glob("*.png") if any(is_picture_of(p.name, s) for s in [*stems, ROLLOUT])]
-    for path in [*(out / name for name in files), *drawn, out / REPORT_PAGE]:
-        if path.parent == out and path.is_file():
-            path.unlink()
-    shutil.rmtree(out / REPORT_FOLDER, ignore_errors=True)
-
-
-def kill_at(point: str) -> None:
-    """Test seam: ``HOOKDUMP_TEST_KILL_AT=point`` SIGKILLs this process there, as a power cut would
-    (``checkpoint-N``: after the N-th batch's checkpoint; ``commit-staged``, ``commit-moves``,
-    ``commit-done``: in the final moves)."""
-    if os.environ.get("HOOKDUMP_TEST_KILL_AT") == point:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _write_json(path: Path, data: dict[str, Any], durable: bool = False) -> None:
-    """Atomically: a temporary file beside it, then a rename (a reader never sees half a file);
-    ``durable``: on the disk before the rename, so a power cut leaves the old file or the new one whole."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w") as handle:
-        handle.write(json.dumps(data, indent=2) + "\n")
-        if durable:
-            handle.flush()
-            os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def _append_line(path: Path, line: str) -> None:
@@ -410,12 +355,3 @@ def _keep_lines(path: Path, count: int) -> list[str]:
     kept = path.read_text().splitlines()[:count]
     path.write_text("".join(f"{line}\n" for line in kept))
     return kept
-
-
-def _sync_folder(folder: Path) -> None:
-    """Make the names in ``folder`` (files made or renamed there) durable."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

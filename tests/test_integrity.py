@@ -45,7 +45,7 @@ def _manifest(out: Path) -> dict:
 
 
 def _files(out: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file() and p.name[0] != "."}
 
 
 def _same_capture(out: Path, whole: Path) -> None:
@@ -111,7 +111,7 @@ def test_a_capture_of_no_image_fails_and_leaves_nothing(tmp_path: Path) -> None:
 
 
 def _scratch_files(out: Path) -> dict[str, bytes]:
-    return _files(out / SCRATCH)
+    return {p.name: p.read_bytes() for p in sorted((out / SCRATCH).iterdir())}
 
 
 def test_a_stream_cut_short_after_its_checkpoint_is_refused_changing_nothing(tmp_path: Path) -> None:
@@ -162,3 +162,70 @@ def test_resume_refuses_an_input_changed_since_its_rows_were_captured(tmp_path: 
     assert hd(*args, "-o", tmp_path / "later", "--resume").returncode == 0
     later = next(i for i in _manifest(tmp_path / "later")["inputs"] if i["path"].endswith("img_012.png"))
     assert later["sha256"] == hashlib.sha256((SKIMAGE_DATA / "astronaut.png").read_bytes()).hexdigest()
+
+
+# --- item 8: kill -9 inside the final moves -----------------------------------------------------------------
+
+FORMATS = ("--format", "npy,pt,safetensors")
+
+
+def _hidden(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir() if p.name.startswith("."))
+
+
+def test_a_kill_in_the_final_moves_is_finished_by_resume(tmp_path: Path) -> None:
+    photos = _photos(tmp_path / "p", 8)
+    args = ("capture", *TINY, photos, "--batch-size", "4", *FORMATS)
+    assert hd(*args, "-o", tmp_path / "whole").returncode == 0
+    for point in ("commit-staged", "commit-moves"):
+        out = tmp_path / point
+        hd(*args, "-o", out, kill_at=point)
+        assert not (out / "manifest.json").exists()  # nothing presents itself as complete
+        again = hd(*args, "-o", out)
+        assert again.returncode == 2, again.stderr
+        paragraph(again.stderr, "8 of 8 images done, stopped while moving its files into place", "--resume")
+        done = hd(*args, "-o", out, "--resume")
+        assert done.returncode == 0, done.stderr
+        assert "finished moving the files of the capture interrupted" in done.stderr
+        assert "wrote 5 file(s) (6 tensors)" in done.stdout, done.stdout
+        _same_capture(out, tmp_path / "whole")
+        assert _hidden(out) == []
+
+
+def test_a_killed_overwrite_keeps_the_old_capture_until_the_new_one_is_whole(tmp_path: Path) -> None:
+    photos = _photos(tmp_path / "p", 8)
+    new = ("capture", *TINY, photos, "--batch-size", "4", *FORMATS)
+    old = ("capture", "-m", "test_resnet", "-l", "layer2", "--random-input", "--format", "npy,pt")
+    assert hd(*new, "-o", tmp_path / "whole").returncode == 0
+    assert hd(*old, "-o", tmp_path / "old").returncode == 0
+    for point in ("commit-staged", "commit-moves"):
+        out = tmp_path / point
+        assert hd(*old, "-o", out).returncode == 0
+        before = _files(out)
+        hd(*new, "-o", out, "--overwrite", kill_at=point)
+        if point == "commit-staged":  # nothing of the old capture touched yet
+            assert _files(out) == before
+        done = hd(*new, "-o", out, "--resume")
+        assert done.returncode == 0, done.stderr
+        _same_capture(out, tmp_path / "whole")  # the old files gone (layer2.*), the new ones whole
+        assert _hidden(out) == []
+    # --overwrite after such a kill finishes the moves first, then replaces that capture
+    out = tmp_path / "again"
+    hd(*new, "-o", out, kill_at="commit-moves")
+    redo = hd(*old, "-o", out, "--overwrite")
+    assert redo.returncode == 0, redo.stderr
+    assert sorted(_files(out)) == sorted(_files(tmp_path / "old")) and _hidden(out) == []
+
+
+def test_a_kill_after_the_manifest_leaves_a_finished_capture_that_the_next_run_tidies(tmp_path: Path) -> None:
+    photos, out = _photos(tmp_path / "p", 8), tmp_path / "out"
+    args = ("capture", *TINY, photos, "--batch-size", "4")
+    hd(*args, "-o", out, kill_at="commit-done")
+    assert _hidden(out) == [".hookdump-partial", ".hookdump.lock"]  # what the kill leaves
+    stats = hd("stats", out)
+    assert stats.returncode == 0, stats.stderr  # a finished capture, read as one
+    again = hd(*args, "-o", out)
+    assert again.returncode == 2 and "already holds a capture" in paragraph(again.stderr), again.stderr
+    assert _hidden(out) == []  # tidied by that run, silently
+    assert hd(*args, "-o", tmp_path / "whole").returncode == 0
+    _same_capture(out, tmp_path / "whole")
