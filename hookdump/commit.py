@@ -52,6 +52,19 @@ def previous_files(out: Path) -> list[str]:
     return sorted(n for n in names if (out / n).parent == out and (out / n).is_file())
 
 
+def check_free(out: Path, names: list[str]) -> None:
+    """The files the commit writes replace only the old capture's (a file put there during the run, in
+    the way, is refused naming it; every batch stays in the scratch folder)."""
+    ours = set(previous_files(out))
+    for name in names:
+        if (out / name).exists() and name not in ours:
+            raise UsageError(
+                f"`{out / name}` appeared during the capture, in the way of its file of that name (hookdump"
+                " replaces only files of its own captures).",
+                "Move it away and rerun the same command with --resume: every batch is kept.",
+            )
+
+
 def stage(out: Path, moves: dict[str, str], manifest: dict[str, Any]) -> None:
     """Decide the commit: the staged files (``moves``: scratch name -> name in ``out``) and the manifest
     are on the disk, then the journal that says what :func:`finish` does."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,42 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def foreign_manifest(out: Path) -> str | None:
+    """Why ``OUT/manifest.json`` is not a hookdump manifest (someone else's, or damaged), or None when it
+    is one or there is none: hookdump never replaces such a file."""
+    if not (out / MANIFEST).is_file():
+        return None
+    data = read_manifest(out)
+    if data is None:
+        return "it is not a JSON object"
+    if not {"hookdump_version", "schema_version"} <= set(data):
+        return "it has no hookdump_version and schema_version"
+    return None
+
+
+def in_the_way(out: Path, layers: list[str], formats: tuple[str, ...], ours: list[str]) -> None:
+    """Refuse, before any work, a file in ``out`` that this capture would write (a layer's file, the
+    safetensors files) and that ``ours`` (what the folder's hookdump manifest lists) does not name: it is
+    not hookdump's to replace. Other files (photos, notes) are no business of the capture."""
+    suffix = r"(@\d+)?(\.in\d+|\.attn|\.out\d+)?(\.grad)?"
+    named = "|".join(re.escape(layer) + suffix for layer in layers)
+    pattern = [rf"(?:{named})\.(?:{'|'.join(f for f in formats if f != 'safetensors')})"] if named else []
+    if "safetensors" in formats:
+        pattern.append(r"tensors(-\d+-of-\d+)?\.safetensors|tensors\.safetensors\.index\.json")
+    mine = set(ours)
+    try:
+        names = sorted(os.listdir(out)) if pattern else []
+    except OSError:  # not there yet, or not a folder (refused by check)
+        return
+    for name in names:
+        if name not in mine and re.fullmatch("|".join(pattern), name):
+            raise UsageError(
+                f"`{out / name}` is in the way: this capture would write a file of that name, and no hookdump"
+                " manifest there lists it (hookdump replaces only files of its own captures).",
+                "Move it away, or choose another --out.",
+            )
 
 
 def committing(out: Path) -> str | None:
@@ -76,6 +113,12 @@ def check(out: Path, overwrite: bool, resume: bool) -> None:
         )
     if overwrite and resume:
         raise UsageError("--overwrite starts again, --resume continues: not both.", "Keep one of them.")
+    foreign = foreign_manifest(out)
+    if foreign is not None:
+        raise UsageError(
+            f"`{out / MANIFEST}` is not a hookdump manifest ({foreign}): a capture there would replace it.",
+            "Move it away (it is not hookdump's to remove), or choose another --out.",
+        )
     manifest, progress = read_manifest(out), read_progress(out)
     finished = manifest is not None and manifest.get("complete", True) is not False
     if resume and progress is None:

@@ -329,9 +329,10 @@ class Writer:
             moves |= {s.path.name: f"{i.stem}.npy" for i, s in zip(entries, streams, strict=True)}
         if (scratch / SAFETENSORS_INDEX).is_file():
             moves[SAFETENSORS_INDEX] = SAFETENSORS_INDEX
+        self._keep_scratch = True  # from here on, every batch is kept whatever happens
+        commit.check_free(self.out, list(moves.values()))
         with commit.signals_held() as came:  # a kill from here on leaves a state a rerun finishes
             commit.stage(self.out, moves, {**header, "tensors": [s.as_dict() for s in saved]})
-            self._keep_scratch = True  # decided: whatever happens now, a rerun finishes it
             commit.kill_at("commit-staged")
             commit.finish(self.out)
             self._keep_scratch, self.committed = False, True

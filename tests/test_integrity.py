@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 from conftest import SKIMAGE_DATA
 from test_messages import paragraph
 
@@ -229,3 +230,49 @@ def test_a_kill_after_the_manifest_leaves_a_finished_capture_that_the_next_run_t
     assert _hidden(out) == []  # tidied by that run, silently
     assert hd(*args, "-o", tmp_path / "whole").returncode == 0
     _same_capture(out, tmp_path / "whole")
+
+
+# --- item 3: hookdump replaces only what its own manifest lists ---------------------------------------------
+
+
+def test_a_users_own_file_in_the_way_is_refused_naming_it(tmp_path: Path) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    np.save(out / "layer1.npy", np.arange(3))
+    shutil.copy(SKIMAGE_DATA / "coffee.png", out / "coffee.png")  # not in the way of anything: stays allowed
+    mine = _files(out)
+    for extra in ((), ("--overwrite",)):
+        done = hd("capture", *TINY, "--random-input", "-o", out, *extra)
+        assert done.returncode == 2, done.stderr
+        paragraph(done.stderr, f"`{out / 'layer1.npy'}` is in the way", "no hookdump manifest", "Move it")
+        assert _files(out) == mine and _hidden(out) == []
+    (out / "layer1.npy").unlink()
+    assert hd("capture", *TINY, "--random-input", "-o", out).returncode == 0  # beside the photo
+    assert (out / "coffee.png").read_bytes() == mine["coffee.png"]
+    # a finished capture's own files are replaced by --overwrite; a file it does not list is not
+    (out / "layer1.out0.npy").write_bytes(b"mine")
+    (out / "fc@1.pt").write_bytes(b"mine too")
+    for name in ("fc@1.pt", "layer1.out0.npy"):
+        done = hd("capture", *TINY, "--random-input", "-o", out, "--overwrite", "--format", "npy,pt")
+        assert done.returncode == 2 and f"{name}` is in the way" in paragraph(done.stderr), done.stderr
+        assert (out / name).read_bytes().startswith(b"mine")
+        (out / name).unlink()
+    assert hd("capture", *TINY, "--random-input", "-o", out, "--overwrite").returncode == 0
+    (out / "tensors.safetensors").write_bytes(b"someone's")
+    done = hd("capture", *TINY, "--random-input", "-o", out, "--overwrite", "--format", "safetensors")
+    assert done.returncode == 2, done.stderr
+    paragraph(done.stderr, "tensors.safetensors` is in the way")
+    assert (out / "tensors.safetensors").read_bytes() == b"someone's"
+
+
+def test_a_manifest_that_is_not_hookdumps_is_never_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "data"
+    out.mkdir()
+    for text in ('{"name": "my dataset"}\n', "{not json at all\n", "[1, 2]\n"):
+        (out / "manifest.json").write_text(text)
+        for extra in ((), ("--overwrite",), ("--resume",)):
+            done = hd("capture", *TINY, "--random-input", "-o", out, *extra)
+            assert done.returncode == 2, done.stderr
+            paragraph(done.stderr, "manifest.json` is not a hookdump manifest", "Move it away")
+            assert (out / "manifest.json").read_text() == text
+            assert sorted(p.name for p in out.iterdir()) == ["manifest.json"]
