@@ -172,7 +172,7 @@ def plan(
     resolved: list[str] = []  # what each feat:K became
     targets = layers.resolve(list(layer_specs), found, name.requested, resolved)
     outdir.check_file_names([t.path for t in targets], opts.formats)
-    outdir.in_the_way(opts.out, [t.path for t in targets], opts.formats, commit.previous_files(opts.out))
+    outdir.in_the_way(opts.out, [t.path for t in targets], opts.formats, commit.owned(opts.out))
     tree = ModuleTree(name.requested, name.timm_name, found, name.notes + found.notes)
     typed = meta_model if meta_model is not None else load_real()[0]  # module types are all it needs
     channels_last = layouts.channels_last_paths(typed, [t.path for t in targets])

@@ -52,6 +52,17 @@ def previous_files(out: Path) -> list[str]:
     return sorted(n for n in names if (out / n).parent == out and (out / n).is_file())
 
 
+def owned(out: Path) -> list[str]:
+    """The files in ``out`` that are hookdump's to replace: the capture's (``previous_files``), and those
+    an interrupted commit's journal moves or removes (its manifest may already be gone)."""
+    try:
+        journal = json.loads((out / SCRATCH / JOURNAL).read_text())
+        pending = [str(name) for _, name in journal["moves"]] + [str(n) for n in journal["remove"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        pending = []
+    return previous_files(out) + pending
+
+
 def check_free(out: Path, names: list[str]) -> None:
     """The files the commit writes replace only the old capture's (a file put there during the run, in
     the way, is refused naming it; every batch stays in the scratch folder)."""
