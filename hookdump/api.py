@@ -16,6 +16,7 @@ from . import (
     attention,
     budget,
     capturing,
+    commit,
     inputs,
     inventory,
     layers,
@@ -33,7 +34,7 @@ from .inputs import InputSpec
 from .lock import check_free
 from .models import ModelSpec
 from .options import CaptureOptions
-from .results import CapturePlan, CaptureResult, ModuleTree
+from .results import CapturePlan, CaptureResult, ModuleTree, from_manifest
 from .runner import DTYPES
 
 T = TypeVar("T")
@@ -172,6 +173,7 @@ def plan(
     resolved: list[str] = []  # what each feat:K became
     targets = layers.resolve(list(layer_specs), found, name.requested, resolved)
     outdir.check_file_names([t.path for t in targets], opts.formats)
+    outdir.in_the_way(opts.out, [t.path for t in targets], opts.formats, commit.owned(opts.out))
     tree = ModuleTree(name.requested, name.timm_name, found, name.notes + found.notes)
     typed = meta_model if meta_model is not None else load_real()[0]  # module types are all it needs
     channels_last = layouts.channels_last_paths(typed, [t.path for t in targets])
@@ -202,6 +204,7 @@ def plan(
     progress = outdir.read_progress(opts.out) if opts.resume and source is not None else None
     if progress is not None:  # the inputs it captures (a shard's); under torchrun each rank checks its own
         outdir.check_same_run(progress, record, [str(p) for p in paths])
+        outdir.check_inputs_unchanged(opts.out, progress)
     rows = len(paths) if source is not None and not source.random else 1
     sizes = budget.per_layer(found, targets, opts, rows, channels_last)
     needed = budget.total(sizes, opts)
@@ -268,6 +271,7 @@ def capture(
     started = time.perf_counter()
     if parallel.world()[1] > 1:
         parallel.check_no_shard(option_values.get("shard", options.shard if options else None))
+    commit.clean_finished(Path(dataclasses.replace(options or CaptureOptions(), **option_values).out))
     found = plan(layer_specs, model=model, images=images, options=options, **option_values)
     if parallel.world()[1] > 1:
         return _capture_on_ranks(found, list(layer_specs), started)
@@ -289,13 +293,7 @@ def _capture_on_ranks(found: CapturePlan, layer_specs: list[str], started: float
     shards = min(parallel.world()[1], -(-len(found.paths) // opts.batch_size))  # a rank without a batch idles
     merged = parallel.capture_on_ranks(run_shard, opts, max(shards, 1))
     data = json.loads((opts.out / manifest.MANIFEST).read_text())
-    return CaptureResult(
-        out=opts.out, manifest=opts.out / manifest.MANIFEST, requested=found.tree.requested,
-        timm_name=found.tree.timm_name, device=data["device"],
-        tensors=merged.tensors if merged else [], inputs=data["inputs"], notes=data["notes"],
-        seconds=time.perf_counter() - started, stopped_early=data["stopped_early"],
-        classes=(data.get("grad") or {}).get("classes", []), skipped=data.get("skipped", []),
-    )  # fmt: skip
+    return from_manifest(opts.out, data, time.perf_counter() - started, merged.tensors if merged else None)
 
 
 #: The largest --batch-size taken: far beyond any memory, below the sizes Python's own indexing refuses.

@@ -80,6 +80,10 @@ class AppendFile:
         self.size = size
         self._tail = self._read_tail()
 
+    def sync(self) -> None:
+        """``fdatasync``: every byte appended is on the disk (direct blocks too: a drive may cache them)."""
+        getattr(os, "fdatasync", os.fsync)(self._fd)
+
     @contextlib.contextmanager
     def closed_on_error(self) -> Iterator[AppendFile]:
         """Close the file if the block fails (a full disk): an open descriptor would keep the disk busy."""

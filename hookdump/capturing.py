@@ -3,6 +3,7 @@ an interruption that keeps what reached the disk, and the files and manifest at 
 
 from __future__ import annotations
 
+import json
 import queue
 import shutil
 import threading
@@ -13,14 +14,14 @@ from typing import Any
 
 import torch
 
-from . import layouts, loader, manifest, models, parallel, sinks, units
+from . import inputs, layouts, loader, manifest, models, parallel, sinks, units
 from .errors import Interrupted
 from .inputs import random_batch, skipped_note
 from .inputs import records as input_records
 from .options import CaptureOptions
 from .recorder import Recorder
 from .records import Captured, Key
-from .results import CapturePlan, CaptureResult
+from .results import CapturePlan, CaptureResult, from_manifest
 from .runner import Run, forward_all
 
 
@@ -43,6 +44,10 @@ def run(
     ) as writer:
         if opts.overwrite:  # what an interrupted torchrun capture left goes too
             shutil.rmtree(opts.out / parallel.RANKS_FOLDER, ignore_errors=True)
+        if writer.committed:  # --resume of a run stopped in its final moves: the writer finished them
+            data = json.loads((opts.out / manifest.MANIFEST).read_text())
+            data["notes"] = [*data["notes"], *writer.notes]
+            return from_manifest(opts.out, data, time.perf_counter() - started)
         net, weight_notes = found.load()
         net.to(torch_device)
         recorder = _recorder(net, found)
@@ -53,10 +58,10 @@ def run(
 
         writer.start({"options": options_record, "inputs": input_list})
 
-        def write(item: tuple[dict[Key, torch.Tensor], dict[str, Any], list[int], int]) -> None:
-            tensors, progress, classes, images = item
+        def write(item: tuple[dict[Key, torch.Tensor], dict[str, Any], list[int], int, list[Path]]) -> None:
+            tensors, progress, classes, images, paths = item
             writer.append(tensors)
-            writer.checkpoint(progress, classes)
+            writer.checkpoint(progress, classes, paths)
             if on_batch is not None:
                 on_batch(images, len(found.paths) or 1, writer.bytes_written())
 
@@ -64,7 +69,8 @@ def run(
 
         def sink(tensors: dict[Key, torch.Tensor], batch: loader.Batch, classes: list[int]) -> None:
             state.advance(batch, classes)
-            behind.put((tensors, state.progress(len(input_list), recorder), classes, state.images))
+            progress = state.progress(len(input_list), recorder)
+            behind.put((tensors, progress, classes, state.images, list(batch.paths)))
 
         def stopped(exc: KeyboardInterrupt) -> Interrupted:
             """Keep what reached the disk (its last checkpoint), say so in the folder and to the user."""
@@ -83,6 +89,8 @@ def run(
         finally:
             behind.close(errors=False)
             batches.close()  # decoding workers exit now, not when the interpreter does
+        if found.paths and {str(p) for p in found.paths} <= state.skipped_paths:
+            raise inputs.none_readable(state.skipped)  # every image failed to decode (--skip-bad)
         results = recorder.entries()
         modules = dict(net.named_modules())
         for item in results:
@@ -96,7 +104,7 @@ def run(
             notes.append(skipped_note(state.skipped))
         notes += writer.nonfinite_notes(results)  # NaN / Inf in a saved tensor, naming it
         records = input_records(
-            [p for p in found.paths if str(p) not in state.skipped_paths], source, found.config
+            [p for p in found.paths if str(p) not in state.skipped_paths], source, found.config, writer.hashes
         )
         extra = {**_run_record(recorder, run, opts, state.classes), "skipped": state.skipped, "notes": notes}
         if found.shard is not None:

@@ -86,7 +86,18 @@ def collect(
                 where.append(len(kept))
             continue
         kept.append(path)
+    if found and not kept:
+        raise none_readable(skipped or [])
     return kept
+
+
+def none_readable(skipped: list[dict[str, str]]) -> InputError:
+    """``--skip-bad`` left out every input: a capture of nothing must fail, as an empty folder does."""
+    first = f" (`{skipped[0]['path']}`: {skipped[0]['reason']})" if skipped else ""
+    return InputError(
+        f"No image to capture: --skip-bad left out all {len(skipped)} input(s) as unreadable{first}.",
+        "Fix or replace the inputs: --skip-bad leaves out some bad images, not all of them.",
+    )
 
 
 def _expand(text: str, skip: frozenset[Path]) -> list[Path]:
@@ -96,6 +107,8 @@ def _expand(text: str, skip: frozenset[Path]) -> list[Path]:
             raise InputError(f"List file `{listing}` does not exist.", "Write one image path a line in it.")
         lines = [ln.strip() for ln in listing.read_text().splitlines()]
         paths = [Path(ln) for ln in lines if ln and not ln.startswith("#")]
+        if not paths:
+            raise InputError(f"List file `{listing}` holds no images.", "Write one image path a line in it.")
         return [p if p.exists() or p.is_absolute() else listing.parent / p for p in paths]
     path = Path(text)
     if path.is_dir():
@@ -215,13 +228,20 @@ def random_batch(config: dict[str, Any], seed: int) -> torch.Tensor:
     return torch.randn((1, *config["input_size"]), generator=generator)
 
 
-def records(paths: list[Path], source: InputSpec, config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The manifest's ``inputs``: each path with its sha256 and ``describe``, or the seeded random input."""
+def records(
+    paths: list[Path], source: InputSpec, config: dict[str, Any], hashes: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The manifest's ``inputs``: each path with its sha256 (from ``hashes``, taken as it was captured,
+    where given) and ``describe``, or the seeded random input."""
     if source.random:
         return [{"random": True, "seed": source.seed, "shape": [1, *config["input_size"]]}]
     mode = model_mode(config)
     sample = {"sample": True} if source.sample else {}
-    return [{"path": str(p), "sha256": sha256(p), **describe(p, mode), **sample} for p in paths]
+    known = hashes or {}
+    return [
+        {"path": str(p), "sha256": known.get(str(p)) or sha256(p), **describe(p, mode), **sample}
+        for p in paths
+    ]
 
 
 def skipped_note(skipped: list[dict[str, str]]) -> str:

@@ -57,6 +57,20 @@ class CaptureResult:
     pictures: list[Path] = field(default_factory=list)  # --png: the PNGs drawn beside the tensors
 
 
+def from_manifest(
+    out: Path, data: dict[str, Any], seconds: float, tensors: list[SavedTensor] | None = None
+) -> CaptureResult:
+    """The result of a capture already in ``out`` (``data``: its manifest): merged from ranks, or finished
+    by --resume after its final moves were stopped."""
+    return CaptureResult(
+        out=out, manifest=out / "manifest.json", requested=data["model"]["requested"],
+        timm_name=data["model"]["timm_name"], device=data["device"],
+        tensors=tensors if tensors is not None else [SavedTensor(**t) for t in data["tensors"]],
+        inputs=data["inputs"], notes=data["notes"], seconds=seconds, stopped_early=data["stopped_early"],
+        classes=(data.get("grad") or {}).get("classes", []), skipped=data.get("skipped", []),
+    )  # fmt: skip
+
+
 @dataclass
 class CapturePlan:
     """Everything a capture checks before its first forward, without the real model (``--dry-run``)."""

@@ -6,25 +6,23 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import outdir
+from . import commit, outdir
+from .digest import sha256
 from .errors import Interrupted, UsageError, check_choice
 from .failures import DISK_FULL, disk_full
-from .formats import SAFETENSORS_FILE, SAFETENSORS_INDEX, write_pt, write_safetensors
+from .formats import SAFETENSORS_INDEX, write_pt, write_safetensors
 from .lock import OutputLock
-from .manifest import MANIFEST, ROLLOUT, entry_stem, is_picture_of
-from .outdir import CLASSES, PROGRESS, REPORT_FOLDER, REPORT_PAGE, RUN, SCRATCH
+from .manifest import MANIFEST
+from .outdir import CLASSES, HASHES, PROGRESS, RUN, SCRATCH
 from .records import Captured, Key, key_from_json
 from .stats import Accumulator, nonfinite_notes
-from .stream import HEADER_BYTES, NpyStream
+from .stream import HEADER_BYTES, NpyStream, check_holds
 
 FORMATS = ("npy", "pt", "safetensors")
 SAVE_DTYPES = ("float32", "float16", "bfloat16", "keep")
@@ -129,6 +127,8 @@ class Writer:
         self.images_done = 0  # images the last checkpoint covers (what an interrupted run keeps)
         self.committed = False  # the files and the manifest are in place
         self._keep_scratch = False
+        self._synced = 0  # streams whose file names were made durable
+        self.hashes: dict[str, str] = {}  # each input's sha256 when its batch was written
 
     def __enter__(self) -> Writer:
         """Create ``out``, lock it (one capture at a time), then continue or clear its scratch folder."""
@@ -137,6 +137,14 @@ class Writer:
         self.lock = OutputLock(self.out)
         try:
             self.lock.acquire()
+            state = outdir.committing(self.out)
+            if state is not None:  # a run killed in its final moves (or just after): finished first
+                commit.finish(self.out)
+                if state == "pending":
+                    self.notes.append(f"finished moving the files of the capture interrupted in {self.out}")
+                if state == "pending" and self.resume:
+                    self.committed = True  # nothing left to do: the caller reads the manifest
+                    return self
             outdir.check(self.out, self.overwrite, self.resume)  # again, now that no other run writes here
             if self.resume:
                 self._reopen()
@@ -165,11 +173,13 @@ class Writer:
         self.resumed = outdir.read_progress(self.out)
         assert self.resumed is not None, "outdir.check makes sure"
         self.images_done = int(self.resumed.get("images", 0))
-        lines = (self.scratch / CLASSES).read_text().splitlines() if (self.scratch / CLASSES).exists() else []
-        kept = lines[: self.resumed["batches"]]  # a batch whose classes were written, not checkpointed: again
-        if lines:
-            (self.scratch / CLASSES).write_text("".join(f"{line}\n" for line in kept))
+        for state in self.resumed["streams"]:  # all checked before any is touched
+            check_holds(self.scratch, key_from_json(state["key"])[0], state)
+        batches = self.resumed["batches"]  # a batch written but not checkpointed is done again: its lines go
+        kept = _keep_lines(self.scratch / CLASSES, batches)
         self.resumed["classes"] = [int(c) for line in kept for c in line.split()]
+        _keep_lines(self.scratch / HASHES, batches)
+        self.hashes = {path: digest for path, digest in outdir.read_hashes(self.out, batches)}
         for state in self.resumed["streams"]:
             key = key_from_json(state["key"])
             self.streams[key] = NpyStream.reopen(self.scratch, key[0], state, self.direct)
@@ -206,16 +216,20 @@ class Writer:
     def start(self, run: dict[str, Any]) -> None:
         """What stays the same for the whole run (options, the inputs), written once, for --resume."""
         if self.resumed is None:
-            _write_json(self.scratch / RUN, run)
+            commit.write_json(self.scratch / RUN, run)
 
-    def checkpoint(self, progress: dict[str, Any], classes: list[int]) -> None:
-        """After a batch reached the files: record it (``progress``: counts, recorder state; the batch's
-        classes, with --grad, appended to a file of their own, so no checkpoint grows with the dataset)."""
+    def checkpoint(self, progress: dict[str, Any], classes: list[int], inputs: list[Path]) -> None:
+        """After a batch reached the files: record it (``progress``: counts, recorder state; the sha256 of
+        the batch's ``inputs``, and its classes with --grad, are appended to files of their own, so no
+        checkpoint grows with the dataset)."""
+        pairs = [(str(p), sha256(p)) for p in inputs]
+        self.hashes.update(pairs)
+        _append_line(self.scratch / HASHES, json.dumps(pairs))
         if classes:
-            with (self.scratch / CLASSES).open("a") as handle:
-                handle.write(" ".join(map(str, classes)) + "\n")
+            _append_line(self.scratch / CLASSES, " ".join(map(str, classes)))
         streams = []
         for key, stream in self.streams.items():
+            stream.sync()  # what the checkpoint counts is on the disk before the checkpoint is
             acc = self.stats[key]
             streams.append(
                 {
@@ -223,8 +237,12 @@ class Writer:
                     "stats": None if acc is None else acc.state(),
                 }
             )  # fmt: skip
-        _write_json(self.scratch / PROGRESS, {**progress, "streams": streams})
+        if len(self.streams) > self._synced:  # new files: their names reach the disk too
+            commit.sync_folder(self.scratch)
+            self._synced = len(self.streams)
+        commit.write_json(self.scratch / PROGRESS, {**progress, "streams": streams}, durable=True)
         self.images_done = int(progress.get("images", 0))
+        commit.kill_at(f"checkpoint-{progress.get('batches')}")
 
     @property
     def kept(self) -> bool:
@@ -240,7 +258,7 @@ class Writer:
         folder holds a finished capture (which an interrupted --overwrite must not damage)."""
         self._keep_scratch = (self.scratch / PROGRESS).exists()
         if self._keep_scratch and outdir.read_manifest(self.out) is None:
-            _write_json(self.out / MANIFEST, manifest)
+            commit.write_json(self.out / MANIFEST, manifest)
 
     def append(self, batch: dict[Key, torch.Tensor]) -> None:
         """Add one forward pass's tensors, each to its own stream, and to its stats (of the saved values)."""
@@ -306,64 +324,35 @@ class Writer:
             for item, stream in zip(entries, streams, strict=True)
             for fmt in self.formats
         ]
-        with _signals_held() as came:  # stopped half-way, this would leave neither capture whole
-            if "npy" in self.formats:
-                for item, stream in zip(entries, streams, strict=True):
-                    os.replace(stream.path, scratch / f"{item.stem}.npy")
-            _remove_previous(self.out)
-            for path in scratch.glob("*.*"):
-                if not path.name.startswith("stream-") and path.name not in (PROGRESS, RUN, CLASSES):
-                    os.replace(path, self.out / path.name)
-            _write_json(self.out / MANIFEST, {**header, "tensors": [s.as_dict() for s in saved]})
+        moves = {name: name for (_, fmt), name in files.items() if fmt != "npy"}  # scratch name -> in out
+        if "npy" in self.formats:
+            moves |= {s.path.name: f"{i.stem}.npy" for i, s in zip(entries, streams, strict=True)}
+        if (scratch / SAFETENSORS_INDEX).is_file():
+            moves[SAFETENSORS_INDEX] = SAFETENSORS_INDEX
+        self._keep_scratch = True  # from here on, every batch is kept whatever happens
+        commit.check_free(self.out, list(moves.values()))
+        with commit.signals_held() as came:  # a kill from here on leaves a state a rerun finishes
+            commit.stage(self.out, moves, {**header, "tensors": [s.as_dict() for s in saved]})
+            commit.kill_at("commit-staged")
+            commit.finish(self.out)
             self._keep_scratch, self.committed = False, True
         if came:
             raise Interrupted(128 + came[0], f"the capture had finished: `{self.out}` holds it, complete.")
         return saved
 
 
-@contextlib.contextmanager
-def _signals_held() -> Iterator[list[int]]:
-    """Ctrl-C and SIGTERM wait until the block is done; the signals that came are listed (in the main
-    thread, where Python runs signal handlers; elsewhere nothing is held)."""
-    came: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield came
-        return
-    held = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    held = {s: h for s, h in held.items() if h is not signal.SIG_IGN and h is not None}
-    for number in held:
-        signal.signal(number, lambda signum, frame: came.append(signum))
-    try:
-        yield came
-    finally:
-        for number, handler in held.items():
-            signal.signal(number, handler)
+def _append_line(path: Path, line: str) -> None:
+    """Append ``line`` to ``path``, durably (before the checkpoint that counts it)."""
+    with path.open("a") as handle:
+        handle.write(line + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
-def _remove_previous(out: Path) -> None:
-    """With --overwrite: delete the files the old manifest lists, and the pictures and report page drawn
-    from them (``show``, ``capture --png``, ``hookdump report``), so nothing stale stays behind."""
-    manifest = out / MANIFEST
-    if not manifest.exists():
-        return
-    try:
-        old = json.loads(manifest.read_text())
-        files = {entry["file"] for entry in old.get("tensors", [])}
-        stems = {entry_stem(entry) for entry in old.get("tensors", [])}
-    except (ValueError, KeyError, TypeError, AttributeError):
-        files, stems = set(), set()
-    if any(name != SAFETENSORS_FILE and name.startswith("tensors-") for name in files):
-        files.add(SAFETENSORS_INDEX)
-    manifest.unlink()
-    drawn = [p for p in out.glob("*.png") if any(is_picture_of(p.name, s) for s in [*stems, ROLLOUT])]
-    for path in [*(out / name for name in files), *drawn, out / REPORT_PAGE]:
-        if path.parent == out and path.is_file():
-            path.unlink()
-    shutil.rmtree(out / REPORT_FOLDER, ignore_errors=True)
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Atomically: a temporary file beside it, then a rename (a reader never sees half a file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+def _keep_lines(path: Path, count: int) -> list[str]:
+    """Cut ``path`` to its first ``count`` lines (a file of one line per batch), returned; [] if absent."""
+    if not path.exists():
+        return []
+    kept = path.read_text().splitlines()[:count]
+    path.write_text("".join(f"{line}\n" for line in kept))
+    return kept

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from .appendfile import AppendFile
-from .errors import LayerError
+from .errors import InputError, LayerError
 from .manifest import inside
 
 HEADER_BYTES = 512  # magic, version, length and the padded header dict: a multiple of 64, as numpy wants
@@ -42,13 +42,15 @@ class NpyStream:
         stream.rows = int(state["rows"])
         stream.trailing = tuple(state["trailing"])
         stream.dtype = getattr(torch, state["dtype"])
-        row_bytes = (
-            int(np.prod(stream.trailing, dtype=np.int64)) * torch.empty(0, dtype=stream.dtype).element_size()
-        )
+        size = check_holds(folder, name, state)
         stream._file = AppendFile(stream.path, create=False, direct=direct)
         with stream._file.closed_on_error():
-            stream._file.truncate(HEADER_BYTES + stream.rows * row_bytes)
+            stream._file.truncate(size)  # only ever shorter: check_holds refused a file missing rows
         return stream
+
+    def sync(self) -> None:
+        """Make what was appended durable (before a checkpoint counts it): a power cut keeps it."""
+        self._file.sync()
 
     def state(self) -> dict[str, Any]:
         """What ``reopen`` needs, as JSON."""
@@ -97,6 +99,30 @@ class NpyStream:
         self.close()
         array = torch.from_numpy(np.load(self.path, mmap_mode="c"))
         return array.view(torch.bfloat16) if self.dtype == torch.bfloat16 else array
+
+
+def check_holds(folder: Path, name: str, state: dict[str, Any]) -> int:
+    """The bytes the stream ``state`` describes (header and rows), after checking that its file holds
+    them all: a file cut short (a power cut before its blocks reached the disk) is refused, never padded
+    with zeros."""
+    path = inside(folder, state["file"], "progress.json")
+    item: int = getattr(torch, state["dtype"]).itemsize
+    row_bytes = int(np.prod(state["trailing"], dtype=np.int64)) * item
+    rows = int(state["rows"])
+    size = HEADER_BYTES + rows * row_bytes
+    try:
+        held = path.stat().st_size
+    except FileNotFoundError:
+        held = -1
+    if held < size:
+        kept = max(held - HEADER_BYTES, 0) // max(row_bytes, 1)
+        what = "is missing" if held < 0 else f"holds {kept} of them"
+        raise InputError(
+            f"The interrupted capture in `{folder.parent}` lost data: its checkpoint counts {rows} row(s) of"
+            f" `{name}`, and their file `{path}` {what} (a power cut or a failing disk cut it short).",
+            "Rerun with --overwrite to capture it again (or choose another --out).",
+        )
+    return size
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:

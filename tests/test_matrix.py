@@ -1116,17 +1116,17 @@ def test_ctrl_c_while_the_files_move_into_place_waits_for_them(
 ) -> None:
     """A real SIGINT sent in the last step (the old capture's files removed, the new ones moved in, the
     manifest written) is held until the step is done: the capture is whole, and the run says so, exit 130."""
-    import hookdump.sinks
+    import hookdump.commit
 
     out = tmp_path / "earlier"
     shutil.copytree(files / "earlier", out)
-    remove_previous = hookdump.sinks._remove_previous
+    finish = hookdump.commit.finish
 
-    def interrupted(folder: Path) -> None:
+    def interrupted(folder: Path) -> bool:
         os.kill(os.getpid(), signal.SIGINT)
-        remove_previous(folder)
+        return finish(folder)
 
-    monkeypatch.setattr(hookdump.sinks, "_remove_previous", interrupted)
+    monkeypatch.setattr(hookdump.commit, "finish", interrupted)
     result = _invoke("capture", *TINY, "-l", "conv1", "--random-input", "-o", out, "--overwrite", "--json")
     assert result.exit_code == 130, result.stderr
     paragraph(result.stderr, f"interrupted (130): the capture had finished: `{out}` holds it, complete.")
