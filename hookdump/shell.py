@@ -229,6 +229,24 @@ def user_output_to_stderr(active: bool) -> Iterator[None]:
         yield
 
 
+def reopen_closed_streams() -> None:
+    """A standard stream closed by the caller (``>&-``, ``2>&-``, ``<&-``) reads as ``/dev/null``: what
+    would go there is dropped and the command runs as usual (its exit code unchanged). Left closed, the
+    descriptor would be the next file hookdump opens, and whatever writes to fd 1 or 2 would land in it."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, encoding="utf-8", errors="backslashreplace", closefd=False))
+
+
 def exit_now(code: int | str | None) -> NoReturn:
     """End the console script with ``code`` once everything is written (stdout and stderr flushed, the
     ``atexit`` work done: worker processes joined, temporary folders removed) but without the interpreter's
