@@ -244,7 +244,8 @@ def reopen_closed_streams() -> None:
             os.dup2(null, fd)
             os.close(null)
         if getattr(sys, name) is None:
-            setattr(sys, name, open(fd, mode, encoding="utf-8", errors="backslashreplace", closefd=False))
+            stream = open(fd, mode, encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+            setattr(sys, name, stream)  # the process's own stream, open to its end
 
 
 def exit_now(code: int | str | None) -> NoReturn:
