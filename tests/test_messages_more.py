@@ -44,3 +44,57 @@ def test_layer_error_with_a_closed_stream_exits_3(tmp_path: Path, chelsea: Path,
     if redirect == ">&-":
         paragraph(proc.stderr, "`nosuch` is not a module of test_resnet")
     assert not (tmp_path / "o").exists()
+
+
+# --- 13: --config values, --print-config --json, old manifests -------------------------------------------
+
+
+def run(tmp_path: Path, *args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, cwd=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ('format = "xyz"', ("`format`", "--format `xyz`", "npy, pt, safetensors")),
+        ("batch_size = 0", ("`batch_size`", "--batch-size 0 is not positive")),
+    ],
+)
+def test_bad_value_in_a_config_names_file_and_line(tmp_path: Path, line: str, words: tuple[str, ...]) -> None:
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'model = "test_resnet"\nlayer = ["layer1"]\n\n{line}\n')
+    proc = run(tmp_path, "capture", "--random-input", "--config", cfg, "-o", "o")
+    assert proc.returncode == 4, proc.stderr
+    paragraph(proc.stderr, f"{cfg}, line 4", *words)
+    assert not (tmp_path / "o").exists()
+    key = line.split(" ")[0].replace("_", "-")  # the same value on the command line is a usage error
+    proc = run(
+        tmp_path, "capture", "--random-input", "--config", cfg, f"--{key}", line.split(" = ")[1].strip('"')
+    )
+    assert proc.returncode == 2 and str(cfg) not in proc.stderr, proc.stderr
+
+
+def test_json_print_config_is_json_that_config_reads_back(tmp_path: Path) -> None:
+    proc = run(tmp_path, "capture", *TINY, "--random-input", "--batch-size", "3", "--json", "--print-config")
+    assert proc.returncode == 0, proc.stderr
+    printed = json.loads(proc.stdout)
+    assert printed["options"]["batch_size"] == 3 and printed["options"]["layer"] == ["layer1"]
+    (tmp_path / "run.json").write_text(proc.stdout)
+    again = run(tmp_path, "capture", "--config", "run.json", "-o", "o")
+    assert again.returncode == 0, again.stderr
+    assert "schema_version" not in again.stderr
+    assert json.loads((tmp_path / "o" / "manifest.json").read_text())["options"]["batch_size"] == 3
+
+
+def test_manifest_of_another_schema_version_gets_a_note(tmp_path: Path) -> None:
+    first = run(tmp_path, "capture", *TINY, "--random-input", "-o", "a")
+    assert first.returncode == 0, first.stderr
+    same = run(tmp_path, "capture", "--config", "a/manifest.json", "-o", "b")
+    assert same.returncode == 0 and "schema_version" not in same.stderr, same.stderr
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    manifest["schema_version"] = 1
+    (tmp_path / "old.json").write_text(json.dumps(manifest))
+    old = run(tmp_path, "capture", "--config", "old.json", "-o", "c")
+    assert old.returncode == 0, old.stderr
+    assert "note: old.json is a manifest of schema_version 1; hookdump" in old.stderr
+    assert "--print-config" in old.stderr
