@@ -128,6 +128,7 @@ def plan(
     images: InputSpec | list[str] | tuple[str, ...] | None = None,
     input_size: tuple[int, int, int] | None = None,
     options: CaptureOptions | None = None,
+    decode: bool = True,
     **option_values: Any,
 ) -> CapturePlan:
     """Check everything a capture would before its first forward pass, in the same order, and fail where
@@ -138,6 +139,8 @@ def plan(
         images: as for ``capture``; None checks only the model and the layers.
         input_size: ``(C, H, W)`` when ``images`` is None (else ``InputSpec.input_size``).
         options / option_values: a ``CaptureOptions``, or its fields as keywords (``out=..., batch_size=8``).
+        decode: decode every input as the run would (a truncated file is refused here too); ``capture``,
+            which decodes them anyway, turns it off.
     """
     opts = dataclasses.replace(options or CaptureOptions(), **option_values)
     opts = dataclasses.replace(opts, out=Path(opts.out), formats=sinks.parse_formats(opts.formats))
@@ -201,6 +204,11 @@ def plan(
     if opts.shard is not None and source is not None:
         record = manifest.options_record(source, list(layer_specs), spec, opts)
         paths, shard = _shard(paths, source, opts, record)
+    if decode and source is not None:  # what the run decodes (this shard's): refused where it would be
+        paths = inputs.decode_all(paths, config, skipped if opts.skip_bad else None)
+        if skipped:
+            why = f": {skipped[0]['reason']}" if len(skipped) == 1 else ""
+            notes.append(inputs.skipped_note(skipped, "would leave out") + why)
     rows = len(paths) if source is not None and not source.random else 1
     sizes = budget.per_layer(found, targets, opts, rows, channels_last)
     needed = budget.total(sizes, opts)
@@ -265,7 +273,7 @@ def capture(
         on_batch: called after each batch reached the disk with (images done, images in all, bytes written).
     """
     started = time.perf_counter()
-    found = plan(layer_specs, model=model, images=images, options=options, **option_values)
+    found = plan(layer_specs, model=model, images=images, options=options, decode=False, **option_values)
     if parallel.world()[1] > 1 and found.options.shard is None:
         result = _capture_on_ranks(found, list(layer_specs), started)
     else:

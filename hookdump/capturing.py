@@ -14,7 +14,7 @@ import torch
 
 from . import layouts, loader, manifest, models, sinks, units
 from .errors import Interrupted
-from .inputs import random_batch
+from .inputs import random_batch, skipped_note
 from .inputs import records as input_records
 from .options import CaptureOptions
 from .recorder import Recorder
@@ -90,13 +90,7 @@ def run(
         if writer.resumed is not None:
             notes.append(f"resumed after {writer.resumed['images']} of {len(found.paths)} images")
         if state.skipped:
-            shown = ", ".join(s["path"] for s in state.skipped[:3]) + (
-                ", ..." if len(state.skipped) > 3 else ""
-            )
-            notes.append(
-                f"--skip-bad left out {len(state.skipped)} unreadable input(s) ({shown}); the manifest's"
-                " `skipped` says why"
-            )
+            notes.append(skipped_note(state.skipped, "left out") + "; the manifest's `skipped` says why")
         notes += writer.nonfinite_notes(results)  # NaN / Inf in a saved tensor, naming it
         records = input_records(
             [p for p in found.paths if str(p) not in state.skipped_paths], source, found.config

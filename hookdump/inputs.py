@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -14,7 +15,7 @@ from torch import nn
 
 from .digest import sha256
 from .errors import InputError, UsageError
-from .images import check_image, describe
+from .images import check_image, describe, open_image
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 
@@ -71,10 +72,30 @@ def collect(
     found: list[Path] = []
     for text in spec.paths:
         found.extend(_expand(text, skip))
+    return _kept(found, check_image, skipped)
+
+
+def decode_all(paths: list[Path], config: dict[str, Any], skipped: list[dict[str, str]] | None) -> list[Path]:
+    """``--dry-run``: every input decoded as the run decodes it (a truncated file, a float image out of
+    range refused, or with ``skipped`` recorded, the same way); the pixels are dropped."""
+    mode = model_mode(config)
+    return _kept(paths, lambda path: open_image(path, mode).close(), skipped)
+
+
+def skipped_note(skipped: list[dict[str, str]], verb: str) -> str:
+    """``--skip-bad left out 2 unreadable input(s) (a.jpg, b.png)``: the first three named."""
+    shown = ", ".join(s["path"] for s in skipped[:3]) + (", ..." if len(skipped) > 3 else "")
+    return f"--skip-bad {verb} {len(skipped)} unreadable input(s) ({shown})"
+
+
+def _kept(
+    paths: list[Path], check: Callable[[Path], None], skipped: list[dict[str, str]] | None
+) -> list[Path]:
+    """The paths that pass ``check``; a failure raises, or with ``skipped`` is recorded there."""
     kept = []
-    for path in found:
+    for path in paths:
         try:
-            check_image(path)
+            check(path)
         except InputError as exc:
             if skipped is None:
                 raise

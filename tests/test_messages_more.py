@@ -98,3 +98,47 @@ def test_manifest_of_another_schema_version_gets_a_note(tmp_path: Path) -> None:
     assert old.returncode == 0, old.stderr
     assert "note: old.json is a manifest of schema_version 1; hookdump" in old.stderr
     assert "--print-config" in old.stderr
+
+
+# --- 14: --dry-run decodes what the run decodes -----------------------------------------------------------
+
+
+def _truncated_jpeg(photo: Path, path: Path) -> Path:
+    from PIL import Image
+
+    with Image.open(photo) as image:
+        image.convert("RGB").save(path, quality=90)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])  # a download cut short: the header is whole
+    return path
+
+
+def _float_tiff(path: Path) -> Path:
+    from PIL import Image
+
+    Image.fromarray(np.linspace(0, 3, 32 * 32, dtype=np.float32).reshape(32, 32)).save(path)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["truncated jpeg", "float tiff"])
+def test_dry_run_refuses_what_the_run_refuses(tmp_path: Path, chelsea: Path, kind: str) -> None:
+    bad = (
+        _truncated_jpeg(chelsea, tmp_path / "cut.jpg")
+        if kind == "truncated jpeg"
+        else _float_tiff(tmp_path / "hdr.tif")
+    )
+    words = ("image file is truncated",) if kind == "truncated jpeg" else ("outside [0, 1]",)
+    real = run(tmp_path, "capture", bad, *TINY, "-o", "o")
+    assert real.returncode == 4, real.stderr
+    dry = run(tmp_path, "capture", bad, *TINY, "-o", "o", "--dry-run")
+    assert dry.returncode == 4, dry.stderr
+    assert paragraph(dry.stderr, f"`{bad}`", *words) == paragraph(real.stderr)
+    assert not (tmp_path / "o").exists()
+
+
+def test_dry_run_with_skip_bad_says_what_it_would_leave_out(tmp_path: Path, chelsea: Path) -> None:
+    bad = _truncated_jpeg(chelsea, tmp_path / "cut.jpg")
+    dry = run(tmp_path, "capture", bad, chelsea, *TINY, "--skip-bad", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert f"note: --skip-bad would leave out 1 unreadable input(s) ({bad})" in dry.stderr
+    assert json.loads(dry.stdout)[0]["bytes"] == 32 * 8 * 8 * 4  # one image's worth: the good one
