@@ -212,6 +212,7 @@ def plan(
     rows = len(paths) if source is not None and not source.random else 1
     sizes = budget.per_layer(found, targets, opts, rows, channels_last)
     needed = budget.total(sizes, opts)
+    notes += filter(None, [budget.shard_size_note(sizes, opts)])
     budget.check_fits(needed, opts.out, already=_bytes_in(opts.out / outdir.SCRATCH) if opts.resume else 0)
     return CapturePlan(
         tree, targets, spec, opts, source, paths, config, notes, load_real, sizes, needed, skipped, progress,

@@ -142,3 +142,43 @@ def test_dry_run_with_skip_bad_says_what_it_would_leave_out(tmp_path: Path, chel
     assert dry.returncode == 0, dry.stderr
     assert f"note: --skip-bad would leave out 1 unreadable input(s) ({bad})" in dry.stderr
     assert json.loads(dry.stdout)[0]["bytes"] == 32 * 8 * 8 * 4  # one image's worth: the good one
+
+
+# --- 16: options that do nothing say so; the dry run's total says what it counts --------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (
+            ("--shard-size", "1KB"),
+            "--shard-size 1KB is ignored: it splits .safetensors files and --format is npy",
+        ),
+        (
+            ("--shard-size", "2GB", "--format", "safetensors"),
+            "--shard-size 2GB is more than the capture's about",
+        ),
+    ],
+)
+def test_shard_size_that_does_nothing_gets_a_note(tmp_path: Path, chelsea: Path, args, words: str) -> None:
+    proc = run(tmp_path, "capture", chelsea, *TINY, *args, "-o", "o")
+    assert proc.returncode == 0, proc.stderr
+    assert f"note: {words}" in proc.stderr
+    assert any(words in n for n in json.loads((tmp_path / "o" / "manifest.json").read_text())["notes"])
+    assert not list((tmp_path / "o").glob("*-of-*"))
+    dry = run(tmp_path, "capture", chelsea, *TINY, *args, "-o", "o2", "--dry-run")
+    assert f"note: {words}" in dry.stderr
+
+
+def test_dry_run_total_says_what_is_scratch(tmp_path: Path, chelsea: Path) -> None:
+    one = 32 * 8 * 8 * 4  # layer1 of test_resnet at 32x32, float32: 8.2 KB
+    dry = run(tmp_path, "capture", chelsea, *TINY, "--format", "safetensors", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"would write about {one / 1000:.1f} KB for 1 input(s) (safetensors, float32);" in dry.stdout
+    assert f"about {2 * one / 1000:.1f} KB of disk at the peak, while the .npy scratch copy" in dry.stdout
+    real = run(tmp_path, "capture", chelsea, *TINY, "--format", "safetensors", "-o", "o")
+    assert real.returncode == 0, real.stderr
+    written = sum(p.stat().st_size for p in (tmp_path / "o").glob("*.safetensors"))
+    assert one <= written < one + 1000  # the files the dry run said, header aside
+    npy = run(tmp_path, "capture", chelsea, *TINY, "--dry-run")
+    assert "of disk at the peak" not in npy.stdout  # npy alone has no scratch copy beyond its files
