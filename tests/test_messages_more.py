@@ -182,3 +182,37 @@ def test_dry_run_total_says_what_is_scratch(tmp_path: Path, chelsea: Path) -> No
     assert one <= written < one + 1000  # the files the dry run said, header aside
     npy = run(tmp_path, "capture", chelsea, *TINY, "--dry-run")
     assert "of disk at the peak" not in npy.stdout  # npy alone has no scratch copy beyond its files
+
+
+# --- 16 / 18: -l '' and a state-dict key -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["capture", "list-modules"])
+def test_empty_layer_path_says_it_is_empty(tmp_path: Path, command: str) -> None:
+    args = (
+        ("--sample", "-m", "test_resnet", "-l", "", "-o", "o") if command == "capture" else ("test_resnet",)
+    )
+    proc = run(tmp_path, command, *args, *(("--filter", "") if command == "list-modules" else ()))
+    assert proc.returncode == 3, proc.stderr
+    text = paragraph(proc.stderr, "The layer path is empty", "unset shell variable", "--layer conv1.0")
+    assert "is not a module" not in text
+    assert not (tmp_path / "o").exists()
+
+
+def test_state_dict_key_hooks_its_module(tmp_path: Path, chelsea: Path) -> None:
+    base = ("capture", chelsea, "-m", "test_resnet", "--input-size", "3,32,32")
+    key = run(tmp_path, *base, "-l", "layer1.0.conv1.weight", "-l", "layer1.0.bn1.running_var", "-o", "k")
+    assert key.returncode == 0, key.stderr
+    assert (
+        "note: `layer1.0.conv1.weight` is a parameter (a state-dict key): hooking its module layer1.0.conv1"
+        in (key.stderr)
+    )
+    module = run(tmp_path, *base, "-l", "layer1.0.conv1", "-l", "layer1.0.bn1", "-o", "m")
+    assert module.returncode == 0, module.stderr
+    for name in ("layer1.0.conv1", "layer1.0.bn1"):
+        np.testing.assert_array_equal(
+            np.load(tmp_path / "k" / f"{name}.npy"), np.load(tmp_path / "m" / f"{name}.npy")
+        )
+    assert any(
+        "state-dict key" in n for n in json.loads((tmp_path / "k" / "manifest.json").read_text())["notes"]
+    )
