@@ -216,3 +216,57 @@ def test_state_dict_key_hooks_its_module(tmp_path: Path, chelsea: Path) -> None:
     assert any(
         "state-dict key" in n for n in json.loads((tmp_path / "k" / "manifest.json").read_text())["notes"]
     )
+
+
+# --- 16: checkpoints that torch.save did not write ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "words"),
+    [
+        (
+            "pickle",
+            ("is a plain Python pickle (protocol 4, from pickle.dump)", "torch.save(model.state_dict()"),
+        ),
+        ("safetensors", ("is a safetensors file with another extension", "Rename it to weights.safetensors")),
+        ("npy", ("is a NumPy array file (.npy)", "torch.save(model.state_dict()")),
+    ],
+)
+def test_checkpoint_that_torch_did_not_write(tmp_path: Path, kind: str, words: tuple[str, ...]) -> None:
+    import pickle
+
+    import timm
+    from safetensors.torch import save_file
+
+    path = tmp_path / "weights.pth"
+    state = timm.create_model("test_resnet").state_dict()
+    if kind == "pickle":
+        path.write_bytes(pickle.dumps({k: v.tolist() for k, v in list(state.items())[:3]}, protocol=4))
+    elif kind == "safetensors":
+        save_file(state, str(path))
+    else:
+        np.save(tmp_path / "w.npy", np.zeros(3))
+        (tmp_path / "w.npy").rename(path)
+    proc = run(tmp_path, "capture", "--random-input", *TINY, "--checkpoint", path, "-o", "o")
+    assert proc.returncode == 4, proc.stderr
+    paragraph(proc.stderr, f"Checkpoint `{path}`", *words)
+    assert "Warning" not in proc.stderr and "Unsupported operand" not in proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("zipped", [True, False])
+def test_checkpoint_that_torch_wrote_still_loads(tmp_path: Path, chelsea: Path, zipped: bool) -> None:
+    import timm
+    import torch
+    from helpers import hand_hooks, photo_batch
+
+    torch.manual_seed(3)
+    model = timm.create_model("test_resnet").eval()
+    path = tmp_path / "w.pth"
+    torch.save(model.state_dict(), path, _use_new_zipfile_serialization=zipped)
+    proc = run(
+        tmp_path, "capture", chelsea, "-m", "test_resnet", "-l", "layer1", "--checkpoint", path, "-o", "o"
+    )
+    assert proc.returncode == 0, proc.stderr
+    expected = hand_hooks(model, ["layer1"], photo_batch(model, chelsea))[0]["layer1"]
+    np.testing.assert_allclose(np.load(tmp_path / "o" / "layer1.npy"), expected.numpy(), rtol=1e-5, atol=1e-6)
