@@ -4,8 +4,10 @@ script: closed standard streams, config values, dry runs, checkpoints, notes."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -268,5 +270,57 @@ def test_checkpoint_that_torch_wrote_still_loads(tmp_path: Path, chelsea: Path, 
         tmp_path, "capture", chelsea, "-m", "test_resnet", "-l", "layer1", "--checkpoint", path, "-o", "o"
     )
     assert proc.returncode == 0, proc.stderr
+    expected = hand_hooks(model, ["layer1"], photo_batch(model, chelsea))[0]["layer1"]
+    np.testing.assert_allclose(np.load(tmp_path / "o" / "layer1.npy"), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+# --- 16: --pretrained without a network fails (or uses the cache) at once ---------------------------------
+
+
+def _unreachable_hub(tmp_path: Path) -> dict[str, str]:
+    """An environment whose hub is a closed port on loopback (the connection is refused at once), not
+    offline by HF_HUB_OFFLINE, no proxy; and a cache of its own."""
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE" and "proxy" not in k.lower()}
+    return {**env, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(tmp_path / "hub")}
+
+
+def test_pretrained_with_the_hub_unreachable_fails_at_once(tmp_path: Path) -> None:
+    started = time.monotonic()
+    proc = subprocess.run(
+        [EXE, "capture", *TINY, "--random-input", "--pretrained", "-o", "o"],
+        capture_output=True, text=True, cwd=tmp_path, env=_unreachable_hub(tmp_path), timeout=300,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert proc.returncode == 4, proc.stderr
+    paragraph(
+        proc.stderr, "the hub http://127.0.0.1:9 cannot be reached", "not in the local cache", "--checkpoint"
+    )
+    assert "Retrying" not in proc.stderr
+    assert took < 30, took  # huggingface_hub's retries took 50 s; a bare start is a few seconds
+    assert not (tmp_path / "o").exists()
+
+
+def test_pretrained_with_the_hub_unreachable_uses_the_cache(tmp_path: Path, chelsea: Path) -> None:
+    """The hub's cache layout, filled by hand (nothing is downloaded): the weights come from it."""
+    import timm
+    import torch
+    from helpers import hand_hooks, photo_batch
+    from safetensors.torch import save_file
+
+    torch.manual_seed(5)
+    model = timm.create_model("test_resnet").eval()
+    repo, commit = tmp_path / "hub" / "models--timm--test_resnet.r160_in1k", "0" * 40
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    save_file(model.state_dict(), str(repo / "snapshots" / commit / "model.safetensors"))
+    proc = subprocess.run(
+        [EXE, "capture", chelsea, "-m", "test_resnet", "-l", "layer1", "--pretrained", "-o", "o"],
+        capture_output=True, text=True, cwd=tmp_path, env=_unreachable_hub(tmp_path), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "note: weights: timm pretrained (from the local cache: the hub http://127.0.0.1:9 cannot be" in (
+        proc.stderr
+    )
     expected = hand_hooks(model, ["layer1"], photo_batch(model, chelsea))[0]["layer1"]
     np.testing.assert_allclose(np.load(tmp_path / "o" / "layer1.npy"), expected.numpy(), rtol=1e-5, atol=1e-6)
