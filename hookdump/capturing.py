@@ -14,7 +14,7 @@ import torch
 
 from . import layouts, loader, manifest, models, sinks, units
 from .errors import Interrupted
-from .inputs import random_batch, skipped_note
+from .inputs import frame_notes, random_batch, skipped_note
 from .inputs import records as input_records
 from .options import CaptureOptions
 from .recorder import Recorder
@@ -95,6 +95,7 @@ def run(
         records = input_records(
             [p for p in found.paths if str(p) not in state.skipped_paths], source, found.config
         )
+        notes += frame_notes(records)
         extra = {**_run_record(recorder, run, opts, state.classes), "skipped": state.skipped, "notes": notes}
         if found.shard is not None:
             extra["shard"] = found.shard

@@ -238,3 +238,17 @@ def records(paths: list[Path], source: InputSpec, config: dict[str, Any]) -> lis
     mode = model_mode(config)
     sample = {"sample": True} if source.sample else {}
     return [{"path": str(p), "sha256": sha256(p), **describe(p, mode), **sample} for p in paths]
+
+
+def frame_notes(records: list[dict[str, Any]]) -> list[str]:
+    """A note naming the inputs of several frames (an animated GIF, a multi-page TIFF): frame 0 is used."""
+    many = [r for r in records if r.get("frames", 1) > 1]
+    if not many:
+        return []
+    shown = ", ".join(f"{r['path']} ({r['frames']} frames)" for r in many[:3]) + (
+        ", ..." if len(many) > 3 else ""
+    )
+    return [
+        f"{len(many)} input(s) hold several frames, an animation or pages: {shown}; frame 0 of each was"
+        " used (the manifest's inputs say `frames`, `frame_used`)"
+    ]

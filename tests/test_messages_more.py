@@ -324,3 +324,27 @@ def test_pretrained_with_the_hub_unreachable_uses_the_cache(tmp_path: Path, chel
     )
     expected = hand_hooks(model, ["layer1"], photo_batch(model, chelsea))[0]["layer1"]
     np.testing.assert_allclose(np.load(tmp_path / "o" / "layer1.npy"), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+# --- 16: an animated GIF: frame 0, said ---------------------------------------------------------------------
+
+
+def test_animated_gif_says_frame_0_was_used(tmp_path: Path, photos: Path) -> None:
+    from PIL import Image
+
+    frames = [Image.open(photos / n).convert("RGB").resize((64, 48)) for n in ("chelsea.png", "coffee.png")]
+    frames[0].save(tmp_path / "anim.gif", save_all=True, append_images=frames[1:], duration=100, loop=0)
+    with Image.open(tmp_path / "anim.gif") as gif:
+        gif.convert("RGB").save(tmp_path / "first.png")  # frame 0 as the GIF holds it (its palette)
+    proc = run(tmp_path, "capture", "anim.gif", *TINY, "-o", "o")
+    assert proc.returncode == 0, proc.stderr
+    assert "note: 1 input(s) hold several frames, an animation or pages: anim.gif (2 frames); frame 0" in (
+        proc.stderr
+    )
+    record = json.loads((tmp_path / "o" / "manifest.json").read_text())["inputs"][0]
+    assert record["frames"] == 2 and record["frame_used"] == 0
+    first = run(tmp_path, "capture", "first.png", *TINY, "-o", "f")
+    assert first.returncode == 0 and "frames" not in first.stderr, first.stderr
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "o" / "layer1.npy"), np.load(tmp_path / "f" / "layer1.npy")
+    )
