@@ -162,10 +162,9 @@ def plan(
     meta_model = _or_none(build_meta)
     models.check_weights(spec, meta_model, name.timm_name)
     skipped: list[dict[str, str]] = []
+    walk_notes: list[str] = []
     paths = (
-        inputs.collect(source, exclude=(opts.out,), skipped=skipped if opts.skip_bad else None)
-        if source
-        else []
+        inputs.collect(source, (opts.out,), skipped if opts.skip_bad else None, walk_notes) if source else []
     )
     config = inputs.data_config(meta_model if meta_model is not None else load_real()[0], size)
     found = inventory.take(
@@ -180,7 +179,7 @@ def plan(
     prefix_tokens = getattr(typed, "num_prefix_tokens", None)
     class_token = getattr(typed, "cls_token", None) is not None  # timm's ViT family: None without one
     shapes = {t.path: found.get(t.path).output_shapes for t in targets}  # type: ignore[union-attr]
-    notes = resolved + reduce.check(opts.reduce, shapes, class_token)
+    notes = walk_notes + resolved + reduce.check(opts.reduce, shapes, class_token)
     layouts.check_reduce(opts.reduce, shapes)
     save_as: dict[str, tuple[str, str]] = {}
     if opts.attention:

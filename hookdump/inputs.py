@@ -49,9 +49,13 @@ def parse_input_size(text: str) -> tuple[int, int, int]:
 
 
 def collect(
-    spec: InputSpec, exclude: tuple[Path, ...] = (), skipped: list[dict[str, str]] | None = None
+    spec: InputSpec,
+    exclude: tuple[Path, ...] = (),
+    skipped: list[dict[str, str]] | None = None,
+    notes: list[str] | None = None,
 ) -> list[Path]:
-    """Every image path the user named, in a stable order, checked; folder walks never enter ``exclude``.
+    """Every image path the user named, in a stable order, checked; folder walks never enter ``exclude``
+    (``notes`` gets a line for each such folder that holds images).
 
     With ``skipped`` (``--skip-bad``), a file that is not a readable image is recorded there (path, reason)
     instead of stopping the run.
@@ -70,8 +74,15 @@ def collect(
         return [sample_path()]
     skip = frozenset(p.resolve() for p in exclude)
     found: list[Path] = []
+    left_out: list[Path] = []
     for text in spec.paths:
-        found.extend(_expand(text, skip))
+        found.extend(_expand(text, skip, left_out))
+    for folder in dict.fromkeys(left_out):
+        if notes is not None and (count := len(_walk(folder, frozenset(), []))):
+            notes.append(
+                f"the folder walk left out `{folder}`, the output folder (--out), and the {count} image(s) in"
+                " it: captures are never read as inputs (pass such a file by its path to take it)"
+            )
     return _kept(found, check_image, skipped)
 
 
@@ -105,7 +116,7 @@ def _kept(
     return kept
 
 
-def _expand(text: str, skip: frozenset[Path]) -> list[Path]:
+def _expand(text: str, skip: frozenset[Path], left_out: list[Path]) -> list[Path]:
     if text.startswith("@"):
         listing = Path(text[1:])
         if not listing.is_file():
@@ -115,7 +126,7 @@ def _expand(text: str, skip: frozenset[Path]) -> list[Path]:
         return [p if p.exists() or p.is_absolute() else listing.parent / p for p in paths]
     path = Path(text)
     if path.is_dir():
-        images = _walk(path, skip)
+        images = _walk(path, skip, left_out)
         if not images:
             raise InputError(
                 f"Folder `{path}` holds no images.", f"hookdump reads {', '.join(sorted(IMAGE_SUFFIXES))}."
@@ -152,8 +163,9 @@ def _is_model_name(text: str) -> bool:
     return "/" not in text and (text in ALIASES or timm.is_model(text))
 
 
-def _walk(folder: Path, skip: frozenset[Path]) -> list[Path]:
-    """Image files under ``folder``, sorted; hidden names (``.x``, AppleDouble ``._x``) and ``skip`` left out.
+def _walk(folder: Path, skip: frozenset[Path], left_out: list[Path]) -> list[Path]:
+    """Image files under ``folder``, sorted; hidden names (``.x``, AppleDouble ``._x``) and ``skip`` left out
+    (the folders of ``skip`` met are added to ``left_out``).
 
     Symlinked files are taken, symlinked folders are not entered (no loops); an unreadable folder is an error.
     """
@@ -167,6 +179,7 @@ def _walk(folder: Path, skip: frozenset[Path]) -> list[Path]:
     images: list[Path] = []
     for root, dirs, files in os.walk(folder, onerror=refuse, followlinks=False):
         here = Path(root)
+        left_out += [here / d for d in dirs if (here / d).resolve() in skip]
         dirs[:] = [d for d in dirs if not d.startswith(".") and (here / d).resolve() not in skip]
         for name in files:
             path = here / name

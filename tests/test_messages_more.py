@@ -348,3 +348,24 @@ def test_animated_gif_says_frame_0_was_used(tmp_path: Path, photos: Path) -> Non
     np.testing.assert_array_equal(
         np.load(tmp_path / "o" / "layer1.npy"), np.load(tmp_path / "f" / "layer1.npy")
     )
+
+
+# --- 16: photos in the output folder, left out of a folder walk, are said ----------------------------------
+
+
+def test_photos_inside_out_left_out_of_the_walk_get_a_note(tmp_path: Path, photos: Path) -> None:
+    (photos / "acts").mkdir()
+    (photos / "coffee.png").rename(photos / "acts" / "coffee.png")  # a photo of the user's, in --out
+    proc = run(tmp_path, "capture", photos, *TINY, "-o", photos / "acts", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    note = (
+        f"note: the folder walk left out `{photos / 'acts'}`, the output folder (--out), and the 1 image(s)"
+    )
+    assert note in proc.stderr
+    assert "for 2 input(s)" in proc.stdout  # chelsea and more/astronaut
+    real = run(tmp_path, "capture", photos, *TINY, "-o", photos / "acts")
+    assert real.returncode == 0 and note in real.stderr, real.stderr
+    manifest = json.loads((photos / "acts" / "manifest.json").read_text())
+    assert len(manifest["inputs"]) == 2 and any("left out" in n for n in manifest["notes"])
+    plain = run(tmp_path, "capture", photos / "more", *TINY, "-o", photos / "acts2")
+    assert "folder walk left out" not in plain.stderr
