@@ -67,8 +67,9 @@ def run(
             """Keep what reached the disk (its last checkpoint), say so in the folder and to the user."""
             code = exc.exit_code if isinstance(exc, Interrupted) else 130
             total = len(found.paths) or 1
-            writer.suspend(manifest.incomplete(options_record, writer.images_done, total))
-            return Interrupted(code, _interrupted_text(opts.out, writer.images_done, total, writer))
+            advice = manifest.resume_advice(opts.overwrite)
+            writer.suspend(manifest.incomplete(options_record, writer.images_done, total, advice))
+            return Interrupted(code, _interrupted_text(opts.out, writer.images_done, total, writer, advice))
 
         batches = _batches(found, state.batches)
         try:
@@ -213,13 +214,10 @@ def _batches(found: CapturePlan, done: int) -> Generator[loader.Batch, None, Non
     yield from loader.batches(rest, found.config, opts.batch_size, workers, opts.skip_bad, pin)
 
 
-def _interrupted_text(out: Path, done: int, total: int, writer: sinks.Writer) -> str:
+def _interrupted_text(out: Path, done: int, total: int, writer: sinks.Writer, advice: str) -> str:
     if not writer.kept:
         return "nothing of this run was kept."
-    return (
-        f"{done} of {total} images reached `{out}`. Rerun the same command with --resume to continue"
-        " (or --overwrite to start again)."
-    )
+    return f"{done} of {total} images reached `{out}`. {advice[0].upper()}{advice[1:]}."
 
 
 def _run_record(recorder: Recorder, run: Run, opts: CaptureOptions, classes: list[int]) -> dict[str, Any]:

@@ -369,3 +369,34 @@ def test_photos_inside_out_left_out_of_the_walk_get_a_note(tmp_path: Path, photo
     assert len(manifest["inputs"]) == 2 and any("left out" in n for n in manifest["notes"])
     plain = run(tmp_path, "capture", photos / "more", *TINY, "-o", photos / "acts2")
     assert "folder walk left out" not in plain.stderr
+
+
+# --- 16: the advice after an interrupted --overwrite run works when followed -----------------------
+
+
+def test_advice_after_an_interrupted_overwrite_run_works(tmp_path: Path) -> None:
+    import signal
+
+    from test_dataset import SLOW, _photos, _progress
+    from test_runs import _wait_for
+
+    photos, out = _photos(tmp_path / "photos", 12), tmp_path / "out"
+    args = ["capture", *SLOW, str(photos), "-o", str(out)]
+    assert run(tmp_path, *args).returncode == 0  # a finished capture, then a run that replaces it
+    again = [*args, "--overwrite"]
+    started = subprocess.Popen(
+        [EXE, *again], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env={**os.environ, "HOOKDUMP_TEST_SLEEP": "0.5"},
+    )  # fmt: skip
+    _wait_for(".hookdump-partial/progress.json", out, started)
+    while _progress(out) < 3:
+        assert started.poll() is None, started.communicate()
+    started.send_signal(signal.SIGTERM)
+    stderr = started.communicate(timeout=120)[1]
+    assert started.returncode == 143, stderr
+    advice = paragraph(stderr, "images reached", "Rerun the same command with --resume")
+    # follow the advice to the letter
+    follow = [a for a in again if a != "--overwrite"] if "in place of --overwrite" in advice else again
+    done = run(tmp_path, *follow, "--resume")
+    assert done.returncode == 0, f"{advice}\n{done.stderr}"
+    assert "resumed after" in done.stderr
