@@ -19,6 +19,7 @@ from .inputs import records as input_records
 from .options import CaptureOptions
 from .recorder import Recorder
 from .records import Captured, Key
+from .reduce import token_layout
 from .results import CapturePlan, CaptureResult
 from .runner import Run, forward_all
 
@@ -197,6 +198,7 @@ def _recorder(net: torch.nn.Module, found: CapturePlan) -> Recorder:
     return Recorder(
         net, found.targets, opts.what, grad=opts.grad, expected_calls=calls if opts.early_stop else None,
         finished=finished, reduce=opts.reduce, save_as=found.save_as, channels_last=found.channels_last,
+        tokens=token_layout(net),
     )  # fmt: skip
 
 
@@ -257,6 +259,15 @@ def _capture_notes(recorder: Recorder, results: list[Captured]) -> list[str]:
             for c in results
             if c.kind == "output" and (c.layer, c.index, c.call) not in with_grad
         ]
+    if recorder.prefix_left_out:
+        names = ", ".join(list(recorder.prefix_left_out)[:3]) + (
+            ", ..." if len(recorder.prefix_left_out) > 3 else ""
+        )
+        notes.append(
+            f"--reduce {recorder.reduce} left out the first {max(recorder.prefix_left_out.values())} token(s)"
+            f" (class / register tokens) of the token maps of {names}, as timm's global_pool='avg' does;"
+            " --reduce cls takes the class token"
+        )
     if recorder.stopped_early:
         notes.append("stopped the forward pass once every wanted layer had run (--no-early-stop runs it all)")
     return notes

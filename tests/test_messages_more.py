@@ -400,3 +400,28 @@ def test_advice_after_an_interrupted_overwrite_run_works(tmp_path: Path) -> None
     done = run(tmp_path, *follow, "--resume")
     assert done.returncode == 0, f"{advice}\n{done.stderr}"
     assert "resumed after" in done.stderr
+
+
+# --- 16: --reduce mean / max of token maps leave the prefix tokens out, as timm's pooling does -------------
+
+
+@pytest.mark.parametrize("how", ["mean", "max"])
+def test_reduce_leaves_prefix_tokens_out_as_timm_pools(tmp_path: Path, chelsea: Path, how: str) -> None:
+    import timm
+    import torch
+    from helpers import hand_hooks, photo_batch
+
+    proc = run(tmp_path, "capture", chelsea, "-m", "test_vit2", "-l", "blocks.1", "--reduce", how, "-o", "o")
+    assert proc.returncode == 0, proc.stderr
+    note = f"--reduce {how} left out the first 1 token(s) (class / register tokens) of the token maps of"
+    assert f"note: {note} blocks.1," in proc.stderr
+    assert any(note in n for n in json.loads((tmp_path / "o" / "manifest.json").read_text())["notes"])
+    torch.manual_seed(0)
+    model = timm.create_model("test_vit2").eval()  # hookdump's random weights are drawn from --seed 0 too
+    tokens = hand_hooks(model, ["blocks.1"], photo_batch(model, chelsea))[0]["blocks.1"]
+    assert tokens.shape[1] == 101 and model.num_prefix_tokens == 1  # the class token, then 10 x 10 patches
+    # mean: timm's own pooling (global_pool='avg' skips num_prefix_tokens); max: by hand, the same tokens
+    expected = model.pool(tokens) if how == "mean" else tokens[:, model.num_prefix_tokens :].amax(1)
+    np.testing.assert_allclose(
+        np.load(tmp_path / "o" / "blocks.1.npy"), expected.numpy(), rtol=1e-5, atol=1e-6
+    )
