@@ -129,6 +129,7 @@ def plan(
     images: InputSpec | list[str] | tuple[str, ...] | None = None,
     input_size: tuple[int, int, int] | None = None,
     options: CaptureOptions | None = None,
+    decode: bool = True,
     **option_values: Any,
 ) -> CapturePlan:
     """Check everything a capture would before its first forward pass, in the same order, and fail where
@@ -139,6 +140,8 @@ def plan(
         images: as for ``capture``; None checks only the model and the layers.
         input_size: ``(C, H, W)`` when ``images`` is None (else ``InputSpec.input_size``).
         options / option_values: a ``CaptureOptions``, or its fields as keywords (``out=..., batch_size=8``).
+        decode: decode every input as the run would (a truncated file is refused here too); ``capture``,
+            which decodes them anyway, turns it off.
     """
     opts = dataclasses.replace(options or CaptureOptions(), **option_values)
     opts = dataclasses.replace(opts, out=Path(opts.out), formats=sinks.parse_formats(opts.formats))
@@ -161,8 +164,9 @@ def plan(
     models.check_weights(spec, meta_model, name.timm_name)
     skipped: list[dict[str, str]] = []
     where: list[int] = []  # how many images come before each skipped file
+    walk_notes: list[str] = []
     paths = (
-        inputs.collect(source, exclude=(opts.out,), skipped=skipped if opts.skip_bad else None, where=where)
+        inputs.collect(source, (opts.out,), skipped if opts.skip_bad else None, where, walk_notes)
         if source
         else []
     )
@@ -180,7 +184,7 @@ def plan(
     prefix_tokens = getattr(typed, "num_prefix_tokens", None)
     class_token = getattr(typed, "cls_token", None) is not None  # timm's ViT family: None without one
     shapes = {t.path: found.get(t.path).output_shapes for t in targets}  # type: ignore[union-attr]
-    notes = resolved + reduce.check(opts.reduce, shapes, class_token)
+    notes = walk_notes + resolved + reduce.check(opts.reduce, shapes, class_token)
     layouts.check_reduce(opts.reduce, shapes)
     save_as: dict[str, tuple[str, str]] = {}
     if opts.attention:
@@ -205,9 +209,15 @@ def plan(
     if progress is not None:  # the inputs it captures (a shard's); under torchrun each rank checks its own
         outdir.check_same_run(progress, record, [str(p) for p in paths])
         outdir.check_inputs_unchanged(opts.out, progress)
+    if decode and source is not None:  # what the run decodes (this shard's): refused where it would be
+        paths = inputs.decode_all(paths, config, skipped if opts.skip_bad else None)
+        if skipped:
+            why = f": {skipped[0]['reason']}" if len(skipped) == 1 else ""
+            notes.append(inputs.skipped_note(skipped, "would leave out", said_in_manifest=False) + why)
     rows = len(paths) if source is not None and not source.random else 1
     sizes = budget.per_layer(found, targets, opts, rows, channels_last)
     needed = budget.total(sizes, opts)
+    notes += filter(None, [budget.shard_size_note(sizes, opts)])
     budget.check_fits(needed, opts.out, already=_bytes_in(opts.out / outdir.SCRATCH) if opts.resume else 0)
     return CapturePlan(
         tree, targets, spec, opts, source, paths, config, notes, load_real, sizes, needed, skipped, progress,
@@ -272,7 +282,7 @@ def capture(
     if parallel.world()[1] > 1:
         parallel.check_no_shard(option_values.get("shard", options.shard if options else None))
     commit.clean_finished(Path(dataclasses.replace(options or CaptureOptions(), **option_values).out))
-    found = plan(layer_specs, model=model, images=images, options=options, **option_values)
+    found = plan(layer_specs, model=model, images=images, options=options, decode=False, **option_values)
     if parallel.world()[1] > 1:
         return _capture_on_ranks(found, list(layer_specs), started)
     return capturing.run(found, list(layer_specs), started, on_batch)
@@ -287,7 +297,7 @@ def _capture_on_ranks(found: CapturePlan, layer_specs: list[str], started: float
         rank_opts = dataclasses.replace(
             opts, shard=shard, out=folder, device=device, overwrite=not resume, resume=resume
         )
-        rank_plan = plan(layer_specs, model=found.spec, images=found.source, options=rank_opts)
+        rank_plan = plan(layer_specs, model=found.spec, images=found.source, options=rank_opts, decode=False)
         capturing.run(rank_plan, layer_specs, time.perf_counter(), None)
 
     shards = min(parallel.world()[1], -(-len(found.paths) // opts.batch_size))  # a rank without a batch idles

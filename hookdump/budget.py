@@ -11,7 +11,7 @@ from .inventory import Inventory
 from .layers import LayerTarget
 from .options import CaptureOptions
 from .reduce import reduced_shape
-from .units import human_bytes
+from .units import human_bytes, parse_size
 
 
 def _element_bytes(opts: CaptureOptions) -> int:
@@ -55,6 +55,29 @@ def per_layer(
 def total(sizes: dict[str, int], opts: CaptureOptions) -> int:
     """Peak disk use: every format is a full copy, and the streamed .npy exists while the others are made."""
     return sum(sizes.values()) * (1 + sum(1 for f in opts.formats if f != "npy"))
+
+
+def kept(sizes: dict[str, int], opts: CaptureOptions) -> int:
+    """What the finished capture's files take: one full copy per format (no scratch copy)."""
+    return sum(sizes.values()) * len(opts.formats)
+
+
+def shard_size_note(sizes: dict[str, int], opts: CaptureOptions) -> str | None:
+    """A note when ``--shard-size`` does nothing: no safetensors file, or one that is smaller anyway."""
+    if opts.shard_size is None:
+        return None
+    if "safetensors" not in opts.formats:
+        return (
+            f"--shard-size {opts.shard_size} is ignored: it splits .safetensors files and --format is"
+            f" {','.join(opts.formats)} (add --format safetensors)"
+        )
+    data = sum(sizes.values())
+    if data <= parse_size(opts.shard_size):
+        return (
+            f"--shard-size {opts.shard_size} is more than the capture's about {human_bytes(data)}: one"
+            " tensors.safetensors file, no shards"
+        )
+    return None
 
 
 def check_fits(needed: int, out: Path, already: int = 0) -> None:

@@ -16,11 +16,12 @@ import torch
 
 from . import inputs, layouts, loader, manifest, models, parallel, sinks, units
 from .errors import Interrupted
-from .inputs import random_batch, skipped_note
+from .inputs import frame_notes, random_batch, skipped_note
 from .inputs import records as input_records
 from .options import CaptureOptions
 from .recorder import Recorder
 from .records import Captured, Key
+from .reduce import token_layout
 from .results import CapturePlan, CaptureResult, from_manifest
 from .runner import Run, forward_all
 
@@ -76,8 +77,9 @@ def run(
             """Keep what reached the disk (its last checkpoint), say so in the folder and to the user."""
             code = exc.exit_code if isinstance(exc, Interrupted) else 130
             total = len(found.paths) or 1
-            writer.suspend(manifest.incomplete(options_record, writer.images_done, total))
-            return Interrupted(code, _interrupted_text(opts.out, writer.images_done, total, writer))
+            advice = manifest.resume_advice(opts.overwrite)
+            writer.suspend(manifest.incomplete(options_record, writer.images_done, total, advice))
+            return Interrupted(code, _interrupted_text(opts.out, writer.images_done, total, writer, advice))
 
         batches = _batches(found, state.batches)
         try:
@@ -106,6 +108,7 @@ def run(
         records = input_records(
             [p for p in found.paths if str(p) not in state.skipped_paths], source, found.config, writer.hashes
         )
+        notes += frame_notes(records)
         extra = {**_run_record(recorder, run, opts, state.classes), "skipped": state.skipped, "notes": notes}
         if found.shard is not None:
             extra["shard"] = found.shard
@@ -206,6 +209,7 @@ def _recorder(net: torch.nn.Module, found: CapturePlan) -> Recorder:
     return Recorder(
         net, found.targets, opts.what, grad=opts.grad, expected_calls=calls if opts.early_stop else None,
         finished=finished, reduce=opts.reduce, save_as=found.save_as, channels_last=found.channels_last,
+        tokens=token_layout(net),
     )  # fmt: skip
 
 
@@ -223,13 +227,10 @@ def _batches(found: CapturePlan, done: int) -> Generator[loader.Batch, None, Non
     yield from loader.batches(rest, found.config, opts.batch_size, workers, opts.skip_bad, pin)
 
 
-def _interrupted_text(out: Path, done: int, total: int, writer: sinks.Writer) -> str:
+def _interrupted_text(out: Path, done: int, total: int, writer: sinks.Writer, advice: str) -> str:
     if not writer.kept:
         return "nothing of this run was kept."
-    return (
-        f"{done} of {total} images reached `{out}`. Rerun the same command with --resume to continue"
-        " (or --overwrite to start again)."
-    )
+    return f"{done} of {total} images reached `{out}`. {advice[0].upper()}{advice[1:]}."
 
 
 def _run_record(recorder: Recorder, run: Run, opts: CaptureOptions, classes: list[int]) -> dict[str, Any]:
@@ -269,6 +270,15 @@ def _capture_notes(recorder: Recorder, results: list[Captured]) -> list[str]:
             for c in results
             if c.kind == "output" and (c.layer, c.index, c.call) not in with_grad
         ]
+    if recorder.prefix_left_out:
+        names = ", ".join(list(recorder.prefix_left_out)[:3]) + (
+            ", ..." if len(recorder.prefix_left_out) > 3 else ""
+        )
+        notes.append(
+            f"--reduce {recorder.reduce} left out the first {max(recorder.prefix_left_out.values())} token(s)"
+            f" (class / register tokens) of the token maps of {names}, as timm's global_pool='avg' does;"
+            " --reduce cls takes the class token"
+        )
     if recorder.stopped_early:
         notes.append("stopped the forward pass once every wanted layer had run (--no-early-stop runs it all)")
     return notes

@@ -4,6 +4,7 @@ for ordinary training metadata (never unpickling code); a readable diff when one
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,8 @@ def metadata_globals() -> list[Any]:
 
 def torch_load(path: Path, map_location: str = "cpu") -> Any:
     """``torch.load(weights_only=True)`` that also accepts :func:`metadata_globals`."""
-    with torch.serialization.safe_globals(metadata_globals()):
+    with torch.serialization.safe_globals(metadata_globals()), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)  # the error says it all
         return torch.load(path, map_location=map_location, weights_only=True)
 
 
@@ -127,11 +129,46 @@ def read_checkpoint(path: Path, *, meta: bool = False) -> dict[str, torch.Tensor
                 "Check that the file is complete (not a failed download), or write it again with"
                 " safetensors.torch.save_file(model.state_dict(), path).",
             ) from exc
+    other = _not_torch(path)
+    if other is not None:
+        raise InputError(f"Checkpoint `{path}` is {other[0]}, not a file torch.save wrote.", other[1])
     try:
         obj = torch_load(path, map_location="meta" if meta else "cpu")
     except Exception as exc:
         raise refusal(path, exc) from exc
     return _unwrap_state_dict(obj, path)
+
+
+#: The number torch.save's legacy (pre-zip) format pickles first: 0x1950a86a20f9469cfc6c, little-endian.
+_LEGACY_MAGIC = (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
+
+
+def _not_torch(path: Path) -> tuple[str, str] | None:
+    """What a ``.pth`` / ``.pt`` / ``.bin`` / ``.ckpt`` file is when its first bytes show torch.save did not
+    write it (a zip archive, or the legacy pickle that starts with torch's magic number): (what, fix)."""
+    with path.open("rb") as handle:
+        head = handle.read(32)
+    size = path.stat().st_size
+    if head.startswith(b"PK\x03\x04") or _LEGACY_MAGIC in head:
+        return None  # torch.save's zip archive, or its legacy format (any pickle protocol)
+    weights = "save the weights with torch.save(model.state_dict(), path) or safetensors.torch.save_file"
+    header = int.from_bytes(head[:8], "little") if len(head) >= 9 else 0
+    if head[8:9] == b"{" and 0 < header < size:
+        return (
+            "a safetensors file with another extension",
+            f"Rename it to {path.with_suffix('.safetensors').name}: hookdump reads safetensors by the"
+            " extension.",
+        )
+    if head.startswith(b"\x93NUMPY"):
+        return "a NumPy array file (.npy)", f"Where the model is built, {weights}."
+    if head.startswith(b"\x89HDF"):
+        return "an HDF5 file (Keras or TensorFlow weights?)", f"Convert it: in PyTorch, {weights}."
+    if head[:1] == b"\x80" and 2 <= head[1] <= 5:
+        return (
+            f"a plain Python pickle (protocol {head[1]}, from pickle.dump)",
+            f"Load it where it was made and {weights}.",
+        )
+    return None
 
 
 def _read_safetensors(path: Path, meta: bool) -> dict[str, torch.Tensor]:

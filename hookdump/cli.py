@@ -365,7 +365,9 @@ def main() -> None:
     """Console-script entry point. SIGTERM (CI time-outs, ``timeout``, ``docker stop``) is handled like
     Ctrl-C: the run unwinds, its scratch files are removed, the exit code is 143. The process's malloc
     keeps freed memory for the next batch (``allocator``) and OpenMP's idle threads spin less
-    (``openmp``); the exit skips the interpreter's teardown (``shell.exit_now``)."""
+    (``openmp``); the exit skips the interpreter's teardown (``shell.exit_now``). A standard stream the
+    caller closed reads as /dev/null (``shell.reopen_closed_streams``)."""
+    shell.reopen_closed_streams()
     allocator.keep_freed_memory()
     openmp.short_spin()
     signal.signal(signal.SIGTERM, _terminated)

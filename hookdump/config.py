@@ -44,8 +44,11 @@ def config_keys(command: Command) -> dict[str, Parameter]:
     return keys
 
 
-def load(path: Path, command: Command, command_name: str) -> dict[str, Any]:
-    """The ``default_map`` (param.name -> value) from a TOML config or a capture's manifest.json."""
+def load(
+    path: Path, command: Command, command_name: str, origins: dict[str, tuple[str, str]] | None = None
+) -> dict[str, Any]:
+    """The ``default_map`` (param.name -> value) from a TOML config or a capture's manifest.json;
+    ``origins`` (if given) gets param.name -> (``file, line N``, key) for each value set."""
     if path.is_dir() and (path / "manifest.json").is_file():
         path = path / "manifest.json"  # a capture folder stands for its manifest
     text = _read(path)
@@ -65,16 +68,18 @@ def load(path: Path, command: Command, command_name: str) -> dict[str, Any]:
             hint = did_you_mean(key, list(keys)) or f"Valid keys: {', '.join(keys)}."
             raise InputError(f"{where}: unknown key {name} for hookdump {command_name}.", hint)
         defaults[param.name] = _resolve(key, param, _check(where, key, param, value), base)
+        if origins is not None and param.name is not None:
+            origins[param.name] = (where, key)
     return defaults
 
 
-def to_toml(values: dict[str, Any], command: Command, command_name: str) -> str:
-    """The effective options (param.name -> value) as a config file for ``command_name``.
+def effective(values: dict[str, Any], command: Command) -> dict[str, Any]:
+    """The effective options (param.name -> value) as config keys -> values.
 
     Relative paths from the command line are relative to the working folder; they are written absolute so
     the file means the same wherever it is saved. None and empty lists are left out (not set).
     """
-    lines = [f"[{command_name.replace('_', '-')}]"]
+    out: dict[str, Any] = {}
     for key, param in config_keys(command).items():
         value = values.get(param.name)
         if value is None or (isinstance(value, list | tuple) and not value):
@@ -83,8 +88,21 @@ def to_toml(values: dict[str, Any], command: Command, command_name: str) -> str:
             value = [str(v) for v in value]
         elif isinstance(value, Path):
             value = str(value)
-        lines.append(f"{key} = {_toml_value(_resolve(key, param, value, Path.cwd()))}")
+        out[key] = _resolve(key, param, value, Path.cwd())
+    return out
+
+
+def to_toml(values: dict[str, Any], command: Command, command_name: str) -> str:
+    """The effective options (param.name -> value) as a TOML config file for ``command_name``."""
+    lines = [f"[{command_name.replace('_', '-')}]"]
+    lines += [f"{key} = {_toml_value(value)}" for key, value in effective(values, command).items()]
     return "\n".join(lines) + "\n"
+
+
+def to_json(values: dict[str, Any], command: Command, command_name: str) -> str:
+    """The effective options as JSON that ``--config FILE.json`` reads back (a manifest's ``options``)."""
+    options = effective(values, command)
+    return json.dumps({"command": command_name, "cwd": os.getcwd(), "options": options}, indent=2)
 
 
 def _read(path: Path) -> str:
@@ -157,7 +175,24 @@ def _manifest_entries(path: Path, text: str) -> tuple[list[Entry], Path]:
     if not isinstance(data.get("cwd"), str):
         raise InputError(f'{path}: the manifest has no "cwd" (the folder the capture ran in).')
     base = Path(os.path.abspath(path.parent / os.path.expanduser(data["cwd"])))
+    _note_schema(path, data)
     return [("options", k, v) for k, v in data["options"].items() if v is not None], base
+
+
+def _note_schema(path: Path, data: dict[str, Any]) -> None:
+    """A note when a manifest was written by a hookdump of another manifest schema: its options are read
+    by the names they have today, which may not mean what they meant then."""
+    from . import __version__
+    from .manifest import SCHEMA_VERSION
+
+    version = data.get("schema_version", "command" in data and SCHEMA_VERSION)  # --print-config --json
+    if version != SCHEMA_VERSION and not {"-q", "--quiet"} & set(sys.argv):
+        print(
+            f"note: {path} is a manifest of schema_version {json.dumps(version)}; hookdump {__version__}"
+            f" writes {SCHEMA_VERSION}: its options are read by what their names mean today (check them with"
+            " --print-config)",
+            file=sys.stderr,
+        )
 
 
 def _where(path: Path, text: str, table: str | None, key: str) -> str:

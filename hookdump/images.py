@@ -171,6 +171,8 @@ def describe(path: Path, mode: str = "RGB") -> dict[str, Any]:
     with _opened(path, f"`{path}`", "Pass an existing image file.") as image:
         record: dict[str, Any] = {"mode": image.mode, "size": list(image.size)}
         plan, turn = _plan(image, mode), _orientation(image)
+        if getattr(image, "is_animated", False):  # GIF, APNG, WebP animations; multi-page TIFF
+            record |= {"frames": int(getattr(image, "n_frames", 1)), "frame_used": 0}
     if plan.text:
         record["conversion"] = plan.text
     if turn in _ORIENTATIONS:

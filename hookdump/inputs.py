@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -14,7 +15,7 @@ from torch import nn
 
 from .digest import sha256
 from .errors import InputError, UsageError
-from .images import check_image, describe
+from .images import check_image, describe, open_image
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 
@@ -52,8 +53,10 @@ def collect(
     exclude: tuple[Path, ...] = (),
     skipped: list[dict[str, str]] | None = None,
     where: list[int] | None = None,
+    notes: list[str] | None = None,
 ) -> list[Path]:
-    """Every image path the user named, in a stable order, checked; folder walks never enter ``exclude``.
+    """Every image path the user named, in a stable order, checked; folder walks never enter ``exclude``
+    (``notes`` gets a line for each such folder that holds images).
 
     With ``skipped`` (``--skip-bad``), a file that is not a readable image is recorded there (path, reason)
     instead of stopping the run; ``where`` gets, for each, the number of images kept before it.
@@ -72,12 +75,51 @@ def collect(
         return [sample_path()]
     skip = frozenset(p.resolve() for p in exclude)
     found: list[Path] = []
+    left_out: list[Path] = []
     for text in spec.paths:
-        found.extend(_expand(text, skip))
+        found.extend(_expand(text, skip, left_out))
+    for folder in dict.fromkeys(left_out):
+        if notes is not None and (count := len(_walk(folder, frozenset(), []))):
+            notes.append(
+                f"the folder walk left out `{folder}`, the output folder (--out), and the {count} image(s) in"
+                " it: captures are never read as inputs (pass such a file by its path to take it)"
+            )
+    kept = _kept(found, check_image, skipped, where)
+    if found and not kept:
+        raise none_readable(skipped or [])
+    return kept
+
+
+def decode_all(paths: list[Path], config: dict[str, Any], skipped: list[dict[str, str]] | None) -> list[Path]:
+    """``--dry-run``: every input decoded as the run decodes it (a truncated file, a float image out of
+    range refused, or with ``skipped`` recorded, the same way); the pixels are dropped."""
+    mode = model_mode(config)
+    kept = _kept(paths, lambda path: open_image(path, mode).close(), skipped)
+    if paths and not kept:
+        raise none_readable(skipped or [])
+    return kept
+
+
+def skipped_note(skipped: list[dict[str, str]], verb: str = "left out", said_in_manifest: bool = True) -> str:
+    """``--skip-bad left out 2 unreadable input(s) (a.jpg, b.png); the manifest's `skipped` says why``: the
+    first three named."""
+    shown = ", ".join(s["path"] for s in skipped[:3]) + (", ..." if len(skipped) > 3 else "")
+    why = "; the manifest's `skipped` says why" if said_in_manifest else ""
+    return f"--skip-bad {verb} {len(skipped)} unreadable input(s) ({shown}){why}"
+
+
+def _kept(
+    paths: list[Path],
+    check: Callable[[Path], None],
+    skipped: list[dict[str, str]] | None,
+    where: list[int] | None = None,
+) -> list[Path]:
+    """The paths that pass ``check``; a failure raises, or with ``skipped`` is recorded there (and in
+    ``where`` the number of paths kept before it)."""
     kept: list[Path] = []
-    for path in found:
+    for path in paths:
         try:
-            check_image(path)
+            check(path)
         except InputError as exc:
             if skipped is None:
                 raise
@@ -86,8 +128,6 @@ def collect(
                 where.append(len(kept))
             continue
         kept.append(path)
-    if found and not kept:
-        raise none_readable(skipped or [])
     return kept
 
 
@@ -100,7 +140,7 @@ def none_readable(skipped: list[dict[str, str]]) -> InputError:
     )
 
 
-def _expand(text: str, skip: frozenset[Path]) -> list[Path]:
+def _expand(text: str, skip: frozenset[Path], left_out: list[Path]) -> list[Path]:
     if text.startswith("@"):
         listing = Path(text[1:])
         if not listing.is_file():
@@ -112,7 +152,7 @@ def _expand(text: str, skip: frozenset[Path]) -> list[Path]:
         return [p if p.exists() or p.is_absolute() else listing.parent / p for p in paths]
     path = Path(text)
     if path.is_dir():
-        images = _walk(path, skip)
+        images = _walk(path, skip, left_out)
         if not images:
             raise InputError(
                 f"Folder `{path}` holds no images.", f"hookdump reads {', '.join(sorted(IMAGE_SUFFIXES))}."
@@ -149,8 +189,9 @@ def _is_model_name(text: str) -> bool:
     return "/" not in text and (text in ALIASES or timm.is_model(text))
 
 
-def _walk(folder: Path, skip: frozenset[Path]) -> list[Path]:
-    """Image files under ``folder``, sorted; hidden names (``.x``, AppleDouble ``._x``) and ``skip`` left out.
+def _walk(folder: Path, skip: frozenset[Path], left_out: list[Path]) -> list[Path]:
+    """Image files under ``folder``, sorted; hidden names (``.x``, AppleDouble ``._x``) and ``skip`` left out
+    (the folders of ``skip`` met are added to ``left_out``).
 
     Symlinked files are taken, symlinked folders are not entered (no loops); an unreadable folder is an error.
     """
@@ -164,6 +205,7 @@ def _walk(folder: Path, skip: frozenset[Path]) -> list[Path]:
     images: list[Path] = []
     for root, dirs, files in os.walk(folder, onerror=refuse, followlinks=False):
         here = Path(root)
+        left_out += [here / d for d in dirs if (here / d).resolve() in skip]
         dirs[:] = [d for d in dirs if not d.startswith(".") and (here / d).resolve() not in skip]
         for name in files:
             path = here / name
@@ -244,9 +286,15 @@ def records(
     ]
 
 
-def skipped_note(skipped: list[dict[str, str]]) -> str:
-    """The one note of what ``--skip-bad`` left out, naming the first few."""
-    shown = ", ".join(s["path"] for s in skipped[:3]) + (", ..." if len(skipped) > 3 else "")
-    return (
-        f"--skip-bad left out {len(skipped)} unreadable input(s) ({shown}); the manifest's `skipped` says why"
+def frame_notes(records: list[dict[str, Any]]) -> list[str]:
+    """A note naming the inputs of several frames (an animated GIF, a multi-page TIFF): frame 0 is used."""
+    many = [r for r in records if r.get("frames", 1) > 1]
+    if not many:
+        return []
+    shown = ", ".join(f"{r['path']} ({r['frames']} frames)" for r in many[:3]) + (
+        ", ..." if len(many) > 3 else ""
     )
+    return [
+        f"{len(many)} input(s) hold several frames, an animation or pages: {shown}; frame 0 of each was"
+        " used (the manifest's inputs say `frames`, `frame_used`)"
+    ]

@@ -145,6 +145,11 @@ def _resolve_one(spec: str, inventory: Inventory, model_label: str, notes: list[
     if matched is None:
         path = normalize(spec)
         info = inventory.get(path)
+        owner = parameter_owner(path, inventory) if info is None else None
+        if owner is not None:  # a state-dict key: its module
+            if notes is not None:
+                notes.append(f"`{spec}` is a parameter (a state-dict key): hooking its module {owner}")
+            path, info = owner, inventory.get(owner)
         if info is None:
             raise unknown_path(spec, path, inventory, model_label)
         _check_fires(info, inventory, model_label)
@@ -168,9 +173,14 @@ def _resolve_one(spec: str, inventory: Inventory, model_label: str, notes: list[
 def unknown_path(spec: str, path: str, inventory: Inventory, model_label: str) -> LayerError:
     """The error for a path that names no module: a parameter's module, or the closest real paths."""
     listing = f"Run `hookdump list-modules {model_label}` to see every path."
-    parent, _, leaf = path.rpartition(".")
-    owner = inventory.get(parent)
-    if owner is not None and leaf in {"weight", "bias"} | {"running_mean", "running_var"}:
+    if not path.strip():
+        return LayerError(
+            f"The layer path is empty (`{spec}`): it names no module of {model_label} (an unset shell"
+            " variable?).",
+            f"Give a module path (e.g. --layer {_first_firing_leaf('', inventory) or 'NAME'}). {listing}",
+        )
+    parent = parameter_owner(path, inventory)
+    if parent is not None:
         return LayerError(
             f"`{spec}` is a parameter of {model_label}, not a module: hooks attach to modules.",
             f"Hook its module instead: --layer {parent}",
@@ -178,6 +188,16 @@ def unknown_path(spec: str, path: str, inventory: Inventory, model_label: str) -
     near = closest(path, inventory.names)
     hint = f"Did you mean: {', '.join(near)}? {listing}" if near else listing
     return LayerError(f"`{spec}` is not a module of {model_label}.", hint)
+
+
+#: The last part of a state-dict key that names a parameter or buffer of its module, not a module.
+_PARAMETERS = {"weight", "bias", "running_mean", "running_var", "num_batches_tracked", "gamma", "beta"}
+
+
+def parameter_owner(path: str, inventory: Inventory) -> str | None:
+    """The module a state-dict key (``pos_block.1.proj.0.weight``) belongs to; None for other paths."""
+    parent, _, leaf = path.rpartition(".")
+    return parent if parent and leaf in _PARAMETERS and inventory.get(parent) is not None else None
 
 
 def _check_fires(info: ModuleInfo, inventory: Inventory, model_label: str) -> None:
@@ -217,7 +237,7 @@ def in_subtree(name: str, root: str) -> bool:
 def _first_firing_leaf(name: str, inventory: Inventory) -> str | None:
     """The first module under ``name`` (itself included) that fires and has no children."""
     for info in inventory.modules:
-        if in_subtree(info.name, name) and not info.children and info.fires:
+        if (not name or in_subtree(info.name, name)) and not info.children and info.fires and info.name:
             return info.name
     return None
 

@@ -154,7 +154,20 @@ def header(
     }
 
 
-def incomplete(options: dict[str, Any], images_done: int, images_total: int) -> dict[str, Any]:
+def resume_advice(overwrite: bool) -> str:
+    """How to go on after an interrupted capture; a run given --overwrite continues without it (--resume
+    with --overwrite is refused)."""
+    if overwrite:
+        return (
+            "rerun the same command with --resume in place of --overwrite to continue (or as it was, to"
+            " start again)"
+        )
+    return "rerun the same command with --resume to continue (or --overwrite to start again)"
+
+
+def incomplete(
+    options: dict[str, Any], images_done: int, images_total: int, advice: str | None = None
+) -> dict[str, Any]:
     """The manifest of an interrupted capture: it says so, how far it got, and how to go on."""
     return {
         "schema_version": SCHEMA_VERSION,
@@ -162,7 +175,7 @@ def incomplete(options: dict[str, Any], images_done: int, images_total: int) -> 
         "hookdump_version": __version__,
         "cwd": os.getcwd(),
         "progress": {"images_done": images_done, "images_total": images_total},
-        "resume": "rerun the same command with --resume to continue (or --overwrite to start again)",
+        "resume": advice or resume_advice(False),
         "options": options,
         "tensors": [],
     }

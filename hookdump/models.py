@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import hub
 from .checkpoints import CHECKPOINT_SUFFIXES, check_fits, read_checkpoint
 from .errors import InputError, UsageError, did_you_mean
 from .meta import SkipInit, SkipValueWrites
@@ -123,6 +124,7 @@ def build(
     import timm
 
     kwargs = dict(args or {})
+    offline = hub.offline_reason() if pretrained and not meta else None
     try:
         if meta or skip_init:
             model = _build_meta(timm_name, kwargs) if meta else _build_uninitialised(timm_name, kwargs)
@@ -131,6 +133,12 @@ def build(
     except Exception as exc:
         if meta:
             raise
+        if pretrained and offline:
+            raise InputError(
+                f"Could not get the pretrained weights of `{timm_name}`: {offline}, and they are not in the"
+                " local cache (~/.cache/huggingface).",
+                "Download them once where there is network, or pass --checkpoint PATH.",
+            ) from exc
         if pretrained:
             raise InputError(
                 f"Could not get the pretrained weights of `{timm_name}`: {type(exc).__name__}: {exc}",
@@ -288,7 +296,8 @@ def load(spec: ModelSpec, timm_name: str) -> tuple[nn.Module, list[str]]:
         load_checkpoint(model, spec.checkpoint, timm_name)
         note = f"weights: {spec.checkpoint}"
     elif spec.pretrained:
-        note = "weights: timm pretrained"
+        offline = hub.offline_reason()
+        note = "weights: timm pretrained" + (f" (from the local cache: {offline})" if offline else "")
     else:
         note = (
             f"weights: random init from --seed {spec.seed} (pass --checkpoint PATH or --pretrained for"

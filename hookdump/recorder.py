@@ -15,6 +15,7 @@ from .inventory import is_container
 from .layers import LayerTarget, call_out_of_range
 from .outputs import leaves
 from .records import Captured, Key, key_from_json
+from .reduce import prefix_of
 from .reduce import reduce as pool
 
 
@@ -51,6 +52,8 @@ class Recorder:
         save_as: targets whose output is kept under another layer and kind: ``--attention`` keeps the output
             of ``X.attn_drop`` as ``(X, "attn")``.
         channels_last: layers whose 4-D maps are ``(N, H, W, C)``, so that ``reduce`` pools the right axes.
+        tokens: the model's (patch, prefix) token counts (``reduce.token_layout``): a mean or max of a
+            token map leaves the prefix tokens out, as timm's average pooling does.
     """
 
     def __init__(
@@ -64,6 +67,7 @@ class Recorder:
         reduce: str = "none",
         save_as: dict[str, tuple[str, str]] | None = None,
         channels_last: set[str] | frozenset[str] = frozenset(),
+        tokens: tuple[int, int] | None = None,
     ) -> None:
         self.model = model
         self.what = what
@@ -80,6 +84,8 @@ class Recorder:
         self.reduce = reduce
         self.save_as = save_as or {}
         self.channels_last = channels_last
+        self.tokens = tokens  # (patch, prefix) tokens: a mean / max leaves the prefix out
+        self.prefix_left_out: dict[str, int] = {}  # layer -> prefix tokens --reduce left out
         self.batch: dict[Key, torch.Tensor] = {}  # this forward pass's copies, until drained
         self.seen: dict[Key, None] = {}  # every key ever captured, in order
         self.other: dict[Key, str] = {}  # non-tensor leaves, as repr
@@ -197,9 +203,11 @@ class Recorder:
             value.register_hook(keep_grad)  # type: ignore[no-untyped-call]
 
     def _store(self, key: Key, tensor: torch.Tensor) -> None:
-        self.batch[key] = pool(tensor.detach(), self.reduce, key[0] in self.channels_last).to(
-            "cpu", copy=True
-        )
+        prefix = prefix_of(tensor, self.reduce, self.tokens)
+        if prefix:
+            self.prefix_left_out[key[0]] = prefix
+        pooled = pool(tensor.detach(), self.reduce, key[0] in self.channels_last, prefix)
+        self.batch[key] = pooled.to("cpu", copy=True)
         self.seen[key] = None
 
     def drain(self) -> dict[Key, torch.Tensor]:

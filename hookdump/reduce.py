@@ -23,14 +23,36 @@ def reduced_shape(shape: list[int], how: str, channels_last: bool = False) -> li
     return [shape[0], shape[2]]
 
 
-def reduce(tensor: torch.Tensor, how: str, channels_last: bool = False) -> torch.Tensor:
-    """``tensor`` pooled as ``how`` says (a tensor with no map to pool is returned as it is)."""
+def reduce(tensor: torch.Tensor, how: str, channels_last: bool = False, prefix: int = 0) -> torch.Tensor:
+    """``tensor`` pooled as ``how`` says (a tensor with no map to pool is returned as it is); the first
+    ``prefix`` tokens of a token map (class, distillation, register tokens) are left out of a mean or max,
+    as timm's ``global_pool='avg'`` leaves them out."""
     if how == "none" or tensor.dim() not in (3, 4) or not tensor.is_floating_point():
         return tensor
     if how == "cls":
         return tensor[:, 0] if tensor.dim() == 3 else tensor
+    if tensor.dim() == 3 and prefix:
+        tensor = tensor[:, prefix:]
     dims = ((1, 2) if channels_last else (2, 3)) if tensor.dim() == 4 else (1,)
     return tensor.mean(dim=dims) if how == "mean" else tensor.amax(dim=dims)
+
+
+def token_layout(model: torch.nn.Module) -> tuple[int, int] | None:
+    """(patch tokens, prefix tokens) of a timm model whose token maps start with prefix tokens (ViT, DeiT,
+    register models); None for the others. A token map of their sum holds them; of the patches alone
+    (the patch embedding's output), none."""
+    patches = getattr(getattr(model, "patch_embed", None), "num_patches", None)
+    prefix = getattr(model, "num_prefix_tokens", None)
+    ok = isinstance(patches, int) and isinstance(prefix, int) and prefix > 0
+    return (patches, prefix) if ok else None  # type: ignore[return-value]
+
+
+def prefix_of(tensor: torch.Tensor, how: str, layout: tuple[int, int] | None) -> int:
+    """How many prefix tokens ``reduce`` leaves out of ``tensor`` (0 unless a mean / max of a token map
+    whose length is the patches plus the prefix)."""
+    if layout is None or how not in ("mean", "max") or tensor.dim() != 3:
+        return 0
+    return layout[1] if tensor.shape[1] == layout[0] + layout[1] else 0
 
 
 def check(how: str, shapes: dict[str, list[list[int]]], class_token: bool = True) -> list[str]:

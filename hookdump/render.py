@@ -194,7 +194,15 @@ def plan(found: CapturePlan) -> str:
         if found.options.reduce == "none"
         else f"{found.options.save_dtype}, --reduce {found.options.reduce}"
     )
-    total = f"would write about {human_bytes(found.total_bytes)} for {images} input(s) ({formats}, {how})"
+    from .budget import kept as files_bytes
+
+    kept = files_bytes(found.sizes, found.options)
+    total = f"would write about {human_bytes(kept)} for {images} input(s) ({formats}, {how})"
+    if found.total_bytes > kept:
+        total += (
+            f"; about {human_bytes(found.total_bytes)} of disk at the peak, while the .npy scratch copy"
+            " streamed during the run is still there"
+        )
     return "\n".join([f"would hook {len(rows)} module(s) of {found.tree.requested}:", *rows_text, total])
 
 

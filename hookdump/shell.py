@@ -9,10 +9,11 @@ import contextlib
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import typer
 from typer._click.exceptions import (
@@ -45,6 +46,24 @@ class _JsonMode:
 
     on = False
     command = ""
+
+
+class _Config:
+    """The options this invocation's ``--config`` file set and the command line did not: each option's
+    flags -> (``file, line N``, key), so that a bad value found later is an error naming the file's line."""
+
+    origins: ClassVar[dict[tuple[str, ...], tuple[str, str]]] = {}
+    argv: ClassVar[list[str]] = []
+
+
+def _from_config(exc: UsageError) -> InputError | None:
+    """A usage error about an option whose value came from the config file, as that file's error (exit 4)."""
+    for flags, (where, key) in _Config.origins.items():
+        if any(a in flags or a.split("=", 1)[0] in flags for a in _Config.argv):
+            continue  # given on the command line: that value, not the file's, was refused
+        if any(re.search(rf"{re.escape(flag)}(?![\w-])", exc.message) for flag in flags if flag[1] == "-"):
+            return InputError(f"{where} (`{key}`): {exc.message}", exc.hint)
+    return None
 
 
 class _Stopped(Exception):
@@ -85,6 +104,8 @@ def _fail_for(exc: BaseException) -> NoReturn:
         command = " ".join(filter(None, ("hookdump", _JsonMode.command)))
         fail(_usage_message(exc), "usage", exc.exit_code, f"See `{command} --help`.")
     exc = from_environment(exc) or exc
+    if isinstance(exc, UsageError):
+        exc = _from_config(exc) or exc
     if isinstance(exc, HookdumpError):
         kind = next((k for cls, k in _KINDS.items() if isinstance(exc, cls)), "failure")
         fail(exc.message, kind, exc.exit_code, exc.hint)
@@ -174,6 +195,7 @@ class Group(TyperGroup):
 
     def main(self, args: Sequence[str] | None = None, *pos: Any, **kwargs: Any) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
+        _Config.origins, _Config.argv = {}, argv
         _JsonMode.on = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
         _JsonMode.command = argv[0] if argv and argv[0] in self.commands else ""
         kwargs["standalone_mode"] = False
@@ -209,17 +231,22 @@ def apply_config(ctx: typer.Context, value: Path | None) -> Path | None:
     if value is not None:
         from . import config
 
-        defaults = config.load(value, ctx.command, ctx.info_name or "")
+        origins: dict[str, tuple[str, str]] = {}
+        defaults = config.load(value, ctx.command, ctx.info_name or "", origins)
         ctx.default_map = {**(ctx.default_map or {}), **defaults}
+        for param in ctx.command.params:
+            if param.name in origins:
+                _Config.origins[(*param.opts, *param.secondary_opts)] = origins[param.name]
     return value
 
 
 def print_config(ctx: typer.Context, **overrides: Any) -> None:
-    """``--print-config``: the effective options as a TOML config for this command."""
+    """``--print-config``: the effective options as a TOML config for this command (JSON with --json)."""
     from . import config
 
     values = {**ctx.params, **overrides}
-    typer.echo(config.to_toml(values, ctx.command, ctx.info_name or "").rstrip())
+    write = config.to_json if _JsonMode.on else config.to_toml
+    typer.echo(write(values, ctx.command, ctx.info_name or "").rstrip())
 
 
 @contextlib.contextmanager
@@ -227,6 +254,25 @@ def user_output_to_stderr(active: bool) -> Iterator[None]:
     """With --json, whatever model or plugin code prints goes to stderr: stdout holds the JSON alone."""
     with contextlib.redirect_stdout(sys.stderr) if active else contextlib.nullcontext():
         yield
+
+
+def reopen_closed_streams() -> None:
+    """A standard stream closed by the caller (``>&-``, ``2>&-``, ``<&-``) reads as ``/dev/null``: what
+    would go there is dropped and the command runs as usual (its exit code unchanged). Left closed, the
+    descriptor would be the next file hookdump opens, and whatever writes to fd 1 or 2 would land in it."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        if getattr(sys, name) is None:
+            stream = open(fd, mode, encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+            setattr(sys, name, stream)  # the process's own stream, open to its end
 
 
 def exit_now(code: int | str | None) -> NoReturn:

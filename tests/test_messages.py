@@ -175,7 +175,7 @@ def test_cuda_asked_for_and_absent_or_out_of_range(cli, tmp_path: Path) -> None:
         ("batch_size = \n", 4, ("line 1, column 14: invalid TOML",)),
         ("batchsize = 3\n", 4, ("unknown key `batchsize`", "Did you mean: batch_size?")),
         ('batch_size = "ten"\n', 4, ("`batch_size` must be an integer", "batch_size = 1")),
-        ("[capture]\nseed = -3\n", 2, ("--seed -3 is out of range",)),
+        ("[capture]\nseed = -3\n", 4, ("bad.toml, line 2 (`seed`): --seed -3 is out of range",)),
     ],
 )
 def test_invalid_config_files(cli, tmp_path: Path, text: str, code: int, words: tuple[str, ...]) -> None:
