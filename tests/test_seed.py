@@ -44,9 +44,11 @@ def test_typo_gets_the_closest_real_paths(cli, chelsea: Path, tmp_path: Path) ->
 
 
 def test_state_dict_key_points_at_its_module(cli, chelsea: Path, tmp_path: Path) -> None:
+    """The key `state_dict()` prints for the seed's conv hooks that conv, and says so."""
     result = cli("capture", "-l", "pos_block.3.proj.0.weight", chelsea, "-o", tmp_path / "out")
-    assert result.exit_code == 3
-    assert "--layer pos_block.3.proj.0" in result.stderr
+    assert result.exit_code == 0, result.stderr
+    assert "hooking its module pos_block.3.proj.0" in result.stderr
+    assert np.load(tmp_path / "out" / "pos_block.3.proj.0.npy").shape == (1, 1024, 7, 7)
 
 
 def test_default_model_capture_writes_the_seed_layer(cli, chelsea: Path, tmp_path: Path) -> None:
