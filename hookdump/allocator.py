@@ -46,10 +46,15 @@ def trimmed(on_batch: Callable[[int, int, int], None]) -> Callable[[int, int, in
 
     def then_trim(done: int, total: int, written: int) -> None:
         on_batch(done, total, written)
-        for malloc_trim in _kept:
-            malloc_trim(0)
+        give_back()
 
     return then_trim
+
+
+def give_back() -> None:
+    """``malloc_trim(0)``: every free page back to the system, when ``keep_freed_memory`` took effect."""
+    for malloc_trim in _kept:
+        malloc_trim(0)
 
 
 def _glibc() -> bool:
