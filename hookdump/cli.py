@@ -241,7 +241,9 @@ def capture(
         else:
             bar = progress.Progress(enabled=not quiet)
             with bar:
-                result = api.capture(source, layer or [], model=spec, options=options, on_batch=bar.update)
+                result = api.capture(
+                    source, layer or [], model=spec, options=options, on_batch=allocator.trimmed(bar.update)
+                )
             if png and int(os.environ.get("RANK", "0")) == 0:
                 from .viz import capture_pictures
 
@@ -364,9 +366,9 @@ def _terminated(signum: int, frame: object) -> None:
 def main() -> None:
     """Console-script entry point. SIGTERM (CI time-outs, ``timeout``, ``docker stop``) is handled like
     Ctrl-C: the run unwinds, its scratch files are removed, the exit code is 143. The process's malloc
-    keeps freed memory for the next batch (``allocator``) and OpenMP's idle threads spin less
-    (``openmp``); the exit skips the interpreter's teardown (``shell.exit_now``). A standard stream the
-    caller closed reads as /dev/null (``shell.reopen_closed_streams``)."""
+    keeps freed memory within a batch and gives it back after each (``allocator``), OpenMP's idle threads
+    spin less (``openmp``); the exit skips the interpreter's teardown (``shell.exit_now``). A standard stream
+    the caller closed reads as /dev/null (``shell.reopen_closed_streams``)."""
     shell.reopen_closed_streams()
     allocator.keep_freed_memory()
     openmp.short_spin()

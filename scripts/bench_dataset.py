@@ -20,9 +20,9 @@ wall time. The photos are copies of scikit-image's RGB and grayscale sample phot
   against ``hookdump capture --checkpoint``.
 * ``--memory``: hookdump's peak RSS on resnet50 at ``--images-large`` photos against ``--images`` (slow).
 * "hookdump's settings": the bare forward (and the seed's script) run with what ``hookdump`` does to its
-  own process (malloc keeps freed memory for the next batch, ``allocator.keep_freed_memory``; OpenMP's idle
-  threads spin less, ``openmp.short_spin``; no interpreter teardown at exit, ``shell.exit_now``), so that
-  the hooks, copies and writing are measured alone.
+  own process (malloc keeps freed memory within a batch and gives it back after it, ``allocator``;
+  OpenMP's idle threads spin less, ``openmp.short_spin``; no interpreter teardown at exit,
+  ``shell.exit_now``), so that the hooks, copies and writing are measured alone.
 
     .venv/bin/python scripts/bench_dataset.py [--images 256] [--rounds 3] [--batch 32]
         [--cases resnet,vit,twins] [--memory] [--images-large 2048]
@@ -60,6 +60,8 @@ def worker(kind: str, args: list[str]) -> None:
     import torch
     from PIL import Image
     from timm.data import create_transform, resolve_data_config
+
+    from hookdump.allocator import give_back  # after each batch: nothing unless the process settings are on
 
     if kind == "ckpt":  # the twins checkpoint, seeded weights
         from safetensors.torch import save_file
@@ -119,6 +121,7 @@ def worker(kind: str, args: list[str]) -> None:
             else:
                 model(x)
                 save(start, kept)
+            give_back()
     for f in files.values():
         f.close()
 
