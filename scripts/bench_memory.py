@@ -26,7 +26,6 @@ All files go to a temporary folder, removed at the end.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import shutil
@@ -35,6 +34,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from bench_dataset import photos  # the same photo folders (scripts/ is on sys.path when run as a file)
 
 MODEL = "twins_svt_small"
 LAYERS = ["pos_block.0.proj.0", "blocks.0.0", "blocks.0.1"]
@@ -99,22 +100,6 @@ def copy_images(root: Path, folder: Path, count: int) -> Path:
     folder.mkdir()
     for i in range(count):
         shutil.copy(root / "hookdump" / "data" / "sample.jpg", folder / f"img{i:04d}.jpg")
-    return folder
-
-
-def photos(folder: Path, count: int) -> Path:
-    """``count`` hard links (or copies) of scikit-image's RGB and grayscale photos, cycled, in ``folder``."""
-    from PIL import Image
-
-    data = Path(importlib.util.find_spec("skimage").origin).parent / "data"  # type: ignore[arg-type,union-attr]
-    picks = [p for p in sorted(data.glob("*.png")) if Image.open(p).mode in ("RGB", "L")]
-    folder.mkdir()
-    for i in range(count):
-        target = folder / f"img{i:05d}.png"
-        try:
-            os.link(picks[i % len(picks)], target)
-        except OSError:
-            shutil.copy(picks[i % len(picks)], target)
     return folder
 
 
