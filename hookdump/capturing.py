@@ -271,9 +271,7 @@ def _capture_notes(recorder: Recorder, results: list[Captured]) -> list[str]:
             if c.kind == "output" and (c.layer, c.index, c.call) not in with_grad
         ]
     if recorder.prefix_left_out:
-        names = ", ".join(list(recorder.prefix_left_out)[:3]) + (
-            ", ..." if len(recorder.prefix_left_out) > 3 else ""
-        )
+        names = units.first_few(list(recorder.prefix_left_out))
         notes.append(
             f"--reduce {recorder.reduce} left out the first {max(recorder.prefix_left_out.values())} token(s)"
             f" (class / register tokens) of the token maps of {names}, as timm's global_pool='avg' does;"

@@ -20,7 +20,9 @@ from typer._click import Command, Parameter
 from typer._coercion import TypeDescriptor
 from typer.core import TyperArgument, TyperOption
 
+from . import __version__
 from .errors import InputError, did_you_mean
+from .manifest import SCHEMA_VERSION
 
 _SKIP_KEYS = {"config", "print_config", "help"}  # options about the config itself, never config keys
 _SKIP_NAMES = {"model_name"}  # list-modules' positional MODEL: the config says `model`
@@ -45,16 +47,23 @@ def config_keys(command: Command) -> dict[str, Parameter]:
 
 
 def load(
-    path: Path, command: Command, command_name: str, origins: dict[str, tuple[str, str]] | None = None
+    path: Path,
+    command: Command,
+    command_name: str,
+    origins: dict[str, tuple[str, str]] | None = None,
+    notes: list[str] | None = None,
 ) -> dict[str, Any]:
     """The ``default_map`` (param.name -> value) from a TOML config or a capture's manifest.json;
-    ``origins`` (if given) gets param.name -> (``file, line N``, key) for each value set."""
+    ``origins`` (if given) gets param.name -> (``file, line N``, key) for each value set, ``notes`` what
+    the user should know about the file (a manifest of another schema)."""
     if path.is_dir() and (path / "manifest.json").is_file():
         path = path / "manifest.json"  # a capture folder stands for its manifest
     text = _read(path)
     keys, table_names = config_keys(command), _TABLES.get(command_name.replace("_", "-"), ())
     if path.suffix.lower() == ".json":
         entries, base = _manifest_entries(path, text)
+        if notes is not None:
+            notes += _schema_notes(path, json.loads(text))
     else:
         entries, base = _toml_entries(path, text, table_names), Path(os.path.abspath(path.parent))
     defaults: dict[str, Any] = {}
@@ -175,24 +184,20 @@ def _manifest_entries(path: Path, text: str) -> tuple[list[Entry], Path]:
     if not isinstance(data.get("cwd"), str):
         raise InputError(f'{path}: the manifest has no "cwd" (the folder the capture ran in).')
     base = Path(os.path.abspath(path.parent / os.path.expanduser(data["cwd"])))
-    _note_schema(path, data)
     return [("options", k, v) for k, v in data["options"].items() if v is not None], base
 
 
-def _note_schema(path: Path, data: dict[str, Any]) -> None:
+def _schema_notes(path: Path, data: dict[str, Any]) -> list[str]:
     """A note when a manifest was written by a hookdump of another manifest schema: its options are read
     by the names they have today, which may not mean what they meant then."""
-    from . import __version__
-    from .manifest import SCHEMA_VERSION
-
     version = data.get("schema_version", "command" in data and SCHEMA_VERSION)  # --print-config --json
-    if version != SCHEMA_VERSION and not {"-q", "--quiet"} & set(sys.argv):
-        print(
-            f"note: {path} is a manifest of schema_version {json.dumps(version)}; hookdump {__version__}"
-            f" writes {SCHEMA_VERSION}: its options are read by what their names mean today (check them with"
-            " --print-config)",
-            file=sys.stderr,
-        )
+    if version == SCHEMA_VERSION:
+        return []
+    return [
+        f"{path} is a manifest of schema_version {json.dumps(version)}; hookdump {__version__}"
+        f" writes {SCHEMA_VERSION}: its options are read by what their names mean today (check them with"
+        " --print-config)"
+    ]
 
 
 def _where(path: Path, text: str, table: str | None, key: str) -> str:

@@ -21,6 +21,7 @@ import numpy as np
 from .colormap import paint
 from .errors import UsageError
 from .maps import describe_nonfinite, to_unit
+from .units import first_few
 
 if TYPE_CHECKING:
     from .tensorfile import Array
@@ -139,8 +140,7 @@ def scaled(maps: Array, channels: list[int], scale: str, name: str) -> tuple[Arr
 
 
 def _some(items: list[int], n: int = 8) -> str:
-    text = ", ".join(str(i) for i in items[:n])
-    return text + (", ..." if len(items) > n else "")
+    return first_few([str(i) for i in items], n)
 
 
 def draw(

@@ -16,6 +16,7 @@ from torch import nn
 from .digest import sha256
 from .errors import InputError, UsageError
 from .images import check_image, describe, open_image
+from .units import first_few
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 
@@ -103,7 +104,7 @@ def decode_all(paths: list[Path], config: dict[str, Any], skipped: list[dict[str
 def skipped_note(skipped: list[dict[str, str]], verb: str = "left out", said_in_manifest: bool = True) -> str:
     """``--skip-bad left out 2 unreadable input(s) (a.jpg, b.png); the manifest's `skipped` says why``: the
     first three named."""
-    shown = ", ".join(s["path"] for s in skipped[:3]) + (", ..." if len(skipped) > 3 else "")
+    shown = first_few([s["path"] for s in skipped])
     why = "; the manifest's `skipped` says why" if said_in_manifest else ""
     return f"--skip-bad {verb} {len(skipped)} unreadable input(s) ({shown}){why}"
 
@@ -291,9 +292,7 @@ def frame_notes(records: list[dict[str, Any]]) -> list[str]:
     many = [r for r in records if r.get("frames", 1) > 1]
     if not many:
         return []
-    shown = ", ".join(f"{r['path']} ({r['frames']} frames)" for r in many[:3]) + (
-        ", ..." if len(many) > 3 else ""
-    )
+    shown = first_few([f"{r['path']} ({r['frames']} frames)" for r in many])
     return [
         f"{len(many)} input(s) hold several frames, an animation or pages: {shown}; frame 0 of each was"
         " used (the manifest's inputs say `frames`, `frame_used`)"

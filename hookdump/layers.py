@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from . import featlevels
 from .errors import LayerError, UsageError, closest
 from .inventory import Inventory, ModuleInfo
+from .units import first_few
 
 _INDEX = re.compile(r"\[(\d+)\]")
 _CALL = re.compile(r"^(?P<path>.+)@(?P<call>\d+)$")
@@ -204,7 +205,7 @@ def _check_fires(info: ModuleInfo, inventory: Inventory, model_label: str) -> No
     if info.container:
         children = info.children
         example = _first_firing_leaf(children[-1], inventory) if children else None
-        shown = ", ".join(children[:8]) + (", ..." if len(children) > 8 else "")
+        shown = first_few(children, 8)
         hint = f"Hook one of its children instead: {shown}" if children else "It has no children to hook."
         if example:
             hint += f" (e.g. --layer {example})"

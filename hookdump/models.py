@@ -17,6 +17,7 @@ from .errors import InputError, UsageError, did_you_mean
 from .meta import SkipInit, SkipValueWrites
 from .modelargs import format_model_args
 from .plugins import import_plugins, plugin_of, registered_by
+from .units import first_few
 
 __all__ = ["CHECKPOINT_SUFFIXES", "import_plugins", "read_checkpoint"]
 
@@ -91,7 +92,7 @@ def resolve_name(spec: ModelSpec) -> ResolvedName:
         )
     close = did_you_mean(name, sorted(set(timm.list_models()) | set(ALIASES)))
     if theirs:
-        shown = ", ".join(theirs[:8]) + (", ..." if len(theirs) > 8 else "")
+        shown = first_few(theirs, 8)
         raise InputError(
             f"Unknown model `{name}`: neither timm nor the plugin has a model of that name.",
             f"{close} The plugin registered {shown}.".strip(),

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .digest import sha256
 from .errors import InputError, UsageError
 from .manifest import MANIFEST
 
@@ -189,8 +190,6 @@ def read_hashes(out: Path, batches: int) -> list[list[Any]]:
 def check_inputs_unchanged(out: Path, progress: dict[str, Any]) -> None:
     """``--resume``: each input whose rows are already on disk still holds what was read then (its sha256),
     so the finished files are all of today's inputs. Only those inputs are hashed again."""
-    from .digest import sha256
-
     for path, digest in read_hashes(out, int(progress.get("batches", 0))):
         try:
             now = sha256(Path(path))

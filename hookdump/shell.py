@@ -232,7 +232,11 @@ def apply_config(ctx: typer.Context, value: Path | None) -> Path | None:
         from . import config
 
         origins: dict[str, tuple[str, str]] = {}
-        defaults = config.load(value, ctx.command, ctx.info_name or "", origins)
+        notes: list[str] = []
+        defaults = config.load(value, ctx.command, ctx.info_name or "", origins, notes)
+        if not {"-q", "--quiet"} & set(_Config.argv):  # eager: --quiet is not parsed yet
+            for note in notes:
+                typer.echo(f"note: {note}", err=True)
         ctx.default_map = {**(ctx.default_map or {}), **defaults}
         for param in ctx.command.params:
             if param.name in origins:

@@ -1,10 +1,16 @@
-"""Sizes as people write and read them: ``2GB`` in, ``1.2 MB`` out."""
+"""Sizes as people write and read them: ``2GB`` in, ``1.2 MB`` out; long lists shortened for messages."""
 
 from __future__ import annotations
 
 import re
 
 from .errors import UsageError
+
+
+def first_few(items: list[str], n: int = 3) -> str:
+    """``a, b, c, ...``: the first ``n`` of ``items``, an ellipsis when there are more."""
+    return ", ".join(items[:n]) + (", ..." if len(items) > n else "")
+
 
 _UNITS = {
     "": 1,
