@@ -5,17 +5,19 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .reader import Capture
+from .version import __version__
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from .store.reader import Capture
+
+__all__ = ["__version__", "open"]
 
 
 def open(out: str | os.PathLike[str]) -> Capture:
     """A capture folder as a mapping of tensor name to memory-mapped array: ``open("out")["layer1"]``.
 
-    See :class:`hookdump.reader.Capture`; numpy is imported on the first call, not by ``import hookdump``.
+    See :class:`hookdump.store.reader.Capture`.
     """
-    from .reader import Capture
+    from .store.reader import Capture  # here for speed: numpy loads on the first call, not on import hookdump
 
     return Capture(out)

@@ -12,30 +12,18 @@ from typing import Any, TypeVar
 
 import torch
 
-from . import (
-    attention,
-    budget,
-    capturing,
-    commit,
-    inputs,
-    inventory,
-    layers,
-    layouts,
-    manifest,
-    models,
-    outdir,
-    parallel,
-    reduce,
-    sinks,
-    units,
-)
+from . import units
+from .capture import budget, header, parallel, reduce, run
+from .capture.options import CaptureOptions
+from .capture.results import CapturePlan, CaptureResult, ModuleTree, from_manifest
+from .capture.runner import DTYPES
 from .errors import UsageError, check_choice
-from .inputs import InputSpec
-from .lock import check_free
-from .models import ModelSpec
-from .options import CaptureOptions
-from .results import CapturePlan, CaptureResult, ModuleTree, from_manifest
-from .runner import DTYPES
+from .inputs import files
+from .inputs.files import InputSpec
+from .model import attention, build, inventory, layers, layouts
+from .model.build import ModelSpec
+from .store import commit, manifest, outdir, sinks
+from .store.lock import check_free
 
 T = TypeVar("T")
 
@@ -53,7 +41,7 @@ __all__ = [
 
 
 def list_modules(
-    model: ModelSpec | str = models.DEFAULT_MODEL,
+    model: ModelSpec | str = build.DEFAULT_MODEL,
     *,
     input_size: tuple[int, int, int] | None = None,
     shapes: bool = True,
@@ -75,9 +63,9 @@ def list_modules(
     if depth is not None and depth < 1:
         raise UsageError(f"--depth {depth} is not positive.", "Use --depth 1 for the top-level modules.")
     spec = ModelSpec(model) if isinstance(model, str) else model
-    name = models.resolve_name(spec)
-    build_meta = _once(lambda: models.build(name.timm_name, meta=True, args=spec.model_args))
-    build_real = _once(lambda: models.build(name.timm_name, args=spec.model_args))
+    name = build.resolve_name(spec)
+    build_meta = _once(lambda: build.build(name.timm_name, meta=True, args=spec.model_args))
+    build_real = _once(lambda: build.build(name.timm_name, args=spec.model_args))
     size = input_size or _default_input_size(build_meta, build_real)
     found = inventory.take(build_meta, build_real, size, shapes=shapes, size_given=input_size is not None)
     shown = layers.select(found, depth, pattern, leaves, name.requested)
@@ -118,14 +106,14 @@ def _default_input_size(
         module = build_meta()
     except Exception:
         module = build_real()
-    c, h, w = inputs.data_config(module, None)["input_size"]
+    c, h, w = files.data_config(module, None)["input_size"]
     return c, h, w
 
 
 def plan(
     layer_specs: list[str] | tuple[str, ...],
     *,
-    model: ModelSpec | str = models.DEFAULT_MODEL,
+    model: ModelSpec | str = build.DEFAULT_MODEL,
     images: InputSpec | list[str] | tuple[str, ...] | None = None,
     input_size: tuple[int, int, int] | None = None,
     options: CaptureOptions | None = None,
@@ -149,8 +137,8 @@ def plan(
     spec = ModelSpec(model) if isinstance(model, str) else model
     source = images if isinstance(images, InputSpec) or images is None else InputSpec(paths=tuple(images))
     size = source.input_size if source is not None else input_size
-    name = models.resolve_name(spec)
-    models.resolve_device(opts.device)
+    name = build.resolve_name(spec)
+    build.resolve_device(opts.device)
     unfused: list[int] = []  # --attention: how many modules ran fused attention
 
     def prepared(model: torch.nn.Module) -> torch.nn.Module:
@@ -158,19 +146,19 @@ def plan(
             unfused.append(attention.unfuse(model))
         return model
 
-    build_meta = _once(lambda: prepared(models.build(name.timm_name, meta=True, args=spec.model_args)))
-    load_real = _once(lambda: _with_model(models.load(spec, name.timm_name), prepared))
+    build_meta = _once(lambda: prepared(build.build(name.timm_name, meta=True, args=spec.model_args)))
+    load_real = _once(lambda: _with_model(build.load(spec, name.timm_name), prepared))
     meta_model = _or_none(build_meta)
-    models.check_weights(spec, meta_model, name.timm_name)
+    build.check_weights(spec, meta_model, name.timm_name)
     skipped: list[dict[str, str]] = []
     where: list[int] = []  # how many images come before each skipped file
     walk_notes: list[str] = []
     paths = (
-        inputs.collect(source, (opts.out,), skipped if opts.skip_bad else None, where, walk_notes)
+        files.collect(source, (opts.out,), skipped if opts.skip_bad else None, where, walk_notes)
         if source
         else []
     )
-    config = inputs.data_config(meta_model if meta_model is not None else load_real()[0], size)
+    config = files.data_config(meta_model if meta_model is not None else load_real()[0], size)
     found = inventory.take(
         build_meta, lambda: load_real()[0], config["input_size"], size_given=size is not None
     )
@@ -198,7 +186,7 @@ def plan(
         )
     if opts.target is not None and not opts.grad:
         notes.append(f"--target {opts.target} is ignored without --grad (no gradient is computed)")
-    record = manifest.options_record(source, list(layer_specs), spec, opts) if source is not None else {}
+    record = header.options_record(source, list(layer_specs), spec, opts) if source is not None else {}
     shard = None
     if opts.shard is not None and source is not None:
         total = len(paths)
@@ -210,10 +198,10 @@ def plan(
         outdir.check_same_run(progress, record, [str(p) for p in paths])
         outdir.check_inputs_unchanged(opts.out, progress)
     if decode and source is not None:  # what the run decodes (this shard's): refused where it would be
-        paths = inputs.decode_all(paths, config, skipped if opts.skip_bad else None)
+        paths = files.decode_all(paths, config, skipped if opts.skip_bad else None)
         if skipped:
             why = f": {skipped[0]['reason']}" if len(skipped) == 1 else ""
-            notes.append(inputs.skipped_note(skipped, "would leave out", said_in_manifest=False) + why)
+            notes.append(files.skipped_note(skipped, "would leave out", said_in_manifest=False) + why)
     rows = len(paths) if source is not None and not source.random else 1
     sizes = budget.per_layer(found, targets, opts, rows, channels_last)
     needed = budget.total(sizes, opts)
@@ -246,13 +234,13 @@ def _shard(
             f" {opts.batch_size}.",
             "Use fewer shards, or a smaller --batch-size.",
         )
-    run = parallel.run_id(record, [str(p) for p in paths])
+    run_id = parallel.run_id(record, [str(p) for p in paths])
     return paths[first:last], {
         "index": index,
         "count": count,
         "first_row": first,
         "rows": last - first,
-        "run": run,
+        "run": run_id,
     }
 
 
@@ -264,7 +252,7 @@ def capture(
     images: InputSpec | list[str] | tuple[str, ...],
     layer_specs: list[str] | tuple[str, ...],
     *,
-    model: ModelSpec | str = models.DEFAULT_MODEL,
+    model: ModelSpec | str = build.DEFAULT_MODEL,
     options: CaptureOptions | None = None,
     on_batch: Callable[[int, int, int], None] | None = None,
     **option_values: Any,
@@ -285,7 +273,7 @@ def capture(
     found = plan(layer_specs, model=model, images=images, options=options, decode=False, **option_values)
     if parallel.world()[1] > 1:
         return _capture_on_ranks(found, list(layer_specs), started)
-    return capturing.run(found, list(layer_specs), started, on_batch)
+    return run.run(found, list(layer_specs), started, on_batch)
 
 
 def _capture_on_ranks(found: CapturePlan, layer_specs: list[str], started: float) -> CaptureResult:
@@ -298,7 +286,7 @@ def _capture_on_ranks(found: CapturePlan, layer_specs: list[str], started: float
             opts, shard=shard, out=folder, device=device, overwrite=not resume, resume=resume
         )
         rank_plan = plan(layer_specs, model=found.spec, images=found.source, options=rank_opts, decode=False)
-        capturing.run(rank_plan, layer_specs, time.perf_counter(), None)
+        run.run(rank_plan, layer_specs, time.perf_counter(), None)
 
     shards = min(parallel.world()[1], -(-len(found.paths) // opts.batch_size))  # a rank without a batch idles
     merged = parallel.capture_on_ranks(run_shard, opts, max(shards, 1))

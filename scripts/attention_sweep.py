@@ -5,8 +5,8 @@
     .venv/bin/python scripts/attention_sweep.py --filter 'vit_*' --all --json attention.json
 
 For each model: build it on meta (no weights), find the modules that carry timm's ``fused_attn`` switch,
-turn the switch off with ``hookdump.attention.unfuse`` and trace one forward on meta at the model's default
-input size, then sort the architecture into one of three classes:
+turn the switch off with ``hookdump.model.attention.unfuse`` and trace one forward on meta at the model's
+default input size, then sort the architecture into one of three classes:
 
   a  no module has a ``fused_attn`` attribute (no timm attention module to unfuse)
   b  every ``fused_attn`` module has an ``attn_drop`` child (or an ``nn.Softmax`` one of 4-D output) that
@@ -65,7 +65,9 @@ def _qualname(kind: type) -> str:
 def check(args: tuple[str, str, int]) -> dict[str, Any]:
     """One architecture: build on meta, unfuse, trace on meta, classify. Never raises."""
     name, module_file, timeout = args
-    from hookdump import attention, inputs, inventory, models
+    from hookdump.inputs import files as inputs
+    from hookdump.model import attention, inventory, tree
+    from hookdump.model import build as models
 
     started = time.perf_counter()
     signal.signal(signal.SIGALRM, _alarm)
@@ -96,14 +98,14 @@ def check(args: tuple[str, str, int]) -> dict[str, Any]:
             )
             entry["modules"] += 1
             entry["fused_on"] += path in was_on
-            drop_path = f"{path}.{inventory.ATTN_DROP}" if path else inventory.ATTN_DROP
+            drop_path = f"{path}.{tree.ATTN_DROP}" if path else tree.ATTN_DROP
             own = found.get(path) if path else None
             drop = found.get(drop_path)
             softmax = attention.weights_child(path, found) if path and drop is None else None
             if softmax is not None:  # no attn_drop, an nn.Softmax child that outputs the weights (DaViT)
                 problem: str | None = None
                 entry.setdefault("shape", found.get(softmax).output_shapes[0])  # type: ignore[union-attr]
-            elif mod._modules.get(inventory.ATTN_DROP) is None or drop is None:
+            elif mod._modules.get(tree.ATTN_DROP) is None or drop is None:
                 problem = NO_CHILD
             elif drop.fires:
                 problem = None
@@ -120,9 +122,9 @@ def check(args: tuple[str, str, int]) -> dict[str, Any]:
         # attn_drop children of modules without the switch (attention that always runs unfused)
         others: dict[str, dict[str, Any]] = {}
         for path, mod in model.named_modules():
-            if path in switches or mod._modules.get(inventory.ATTN_DROP) is None:
+            if path in switches or mod._modules.get(tree.ATTN_DROP) is None:
                 continue
-            drop = found.get(f"{path}.{inventory.ATTN_DROP}" if path else inventory.ATTN_DROP)
+            drop = found.get(f"{path}.{tree.ATTN_DROP}" if path else tree.ATTN_DROP)
             entry = others.setdefault(type(mod).__name__, {"modules": 0, "fires": 0, "example": path})
             entry["modules"] += 1
             if drop is not None and drop.fires:

@@ -27,8 +27,9 @@ from pathlib import Path
 import timm
 import torch
 
-from hookdump import inventory, layers, models
-from hookdump.recorder import Recorder
+from hookdump.capture.recorder import Recorder
+from hookdump.model import build as models
+from hookdump.model import inventory, layers
 
 MODEL, LAYER = "twins_svt_large", "pos_block.0.proj.0"
 

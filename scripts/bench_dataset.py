@@ -61,7 +61,7 @@ def worker(kind: str, args: list[str]) -> None:
     from PIL import Image
     from timm.data import create_transform, resolve_data_config
 
-    from hookdump.allocator import give_back  # after each batch: nothing unless the process settings are on
+    from hookdump.cli.process import give_back  # after each batch: nothing unless the process settings are on
 
     if kind == "ckpt":  # the twins checkpoint, seeded weights
         from safetensors.torch import save_file
@@ -282,8 +282,7 @@ def main() -> None:
         kind = sys.argv[2]
         tuned = kind.endswith("+")  # hookdump's own process settings (allocator.py, openmp.py, exit_now)
         if tuned:
-            from hookdump.allocator import keep_freed_memory
-            from hookdump.openmp import short_spin
+            from hookdump.cli.process import keep_freed_memory, short_spin
 
             keep_freed_memory()
             short_spin()  # before torch is imported

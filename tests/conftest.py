@@ -12,7 +12,7 @@ import pytest
 import skimage
 from typer.testing import CliRunner
 
-from hookdump.cli import app
+from hookdump.cli.app import app
 
 SKIMAGE_DATA = Path(skimage.__file__).parent / "data"
 PLUGINS = Path(__file__).parent / "plugins"

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from hookdump.inputs import sample_path
+from hookdump.inputs.files import sample_path
 
 MODEL = ("-m", "test_resnet")
 
@@ -186,7 +186,7 @@ def test_json_output_is_the_manifest(cli, tmp_path: Path) -> None:
 
 
 def test_help_imports_no_torch() -> None:
-    code = "import sys, hookdump.cli; assert 'torch' not in sys.modules and 'timm' not in sys.modules"
+    code = "import sys, hookdump.cli.app; assert 'torch' not in sys.modules and 'timm' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "hookdump", "capture", "--help"],

@@ -17,7 +17,7 @@ import timm
 import typer
 from test_real_weights import IMAGENET_CATS, lite0_checkpoint  # noqa: F401  (a fixture)
 
-from hookdump.cli import app
+from hookdump.cli.app import app
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
@@ -225,7 +225,7 @@ def test_json_on_every_command_is_one_document_on_stdout(tmp_path: Path) -> None
 
 
 def test_version_module_entry_and_completion() -> None:
-    from hookdump import __version__
+    from hookdump.version import __version__
 
     assert _run("--version").stdout == f"hookdump {__version__}\n"
     module = subprocess.run(

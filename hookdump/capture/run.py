@@ -1,0 +1,304 @@
+"""One capture run from its plan: the real model, the hooks, the batches, a checkpoint after each batch,
+an interruption that keeps what reached the disk, and the files and manifest at the end."""
+
+from __future__ import annotations
+
+import json
+import queue
+import shutil
+import threading
+import time
+from collections.abc import Callable, Generator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import units
+from ..errors import Interrupted
+from ..inputs import files, loader
+from ..inputs.files import frame_notes, random_batch, skipped_note
+from ..inputs.files import records as input_records
+from ..model import build, layouts
+from ..store import manifest, sinks
+from ..store.records import Captured, Key
+from . import header, parallel
+from .options import CaptureOptions
+from .recorder import Recorder
+from .reduce import token_layout
+from .results import CapturePlan, CaptureResult, from_manifest
+from .runner import Run, forward_all
+
+
+def run(
+    found: CapturePlan,
+    layer_specs: list[str],
+    started: float,
+    on_batch: Callable[[int, int, int], None] | None,
+) -> CaptureResult:
+    """Capture what ``found`` planned; see ``api.capture``."""
+    opts, spec, source = found.options, found.spec, found.source
+    assert source is not None and found.load is not None
+    name = build.ResolvedName(found.tree.requested, found.tree.timm_name)
+    torch_device = build.resolve_device(opts.device)
+    shard_bytes = units.parse_size(opts.shard_size) if opts.shard_size else None
+    options_record = header.options_record(source, list(layer_specs), spec, opts)
+    input_list = [str(p) for p in found.paths]
+    with sinks.Writer(
+        opts.out, opts.formats, opts.save_dtype, opts.overwrite, opts.resume, shard_bytes, found.total_bytes
+    ) as writer:
+        if opts.overwrite:  # what an interrupted torchrun capture left goes too
+            shutil.rmtree(opts.out / parallel.RANKS_FOLDER, ignore_errors=True)
+        if writer.committed:  # --resume of a run stopped in its final moves: the writer finished them
+            data = json.loads((opts.out / manifest.MANIFEST).read_text())
+            data["notes"] = [*data["notes"], *writer.notes]
+            return from_manifest(opts.out, data, time.perf_counter() - started)
+        net, weight_notes = found.load()
+        net.to(torch_device)
+        recorder = _recorder(net, found)
+        state = _RunState(writer.resumed, found.skipped)
+        if writer.resumed is not None:
+            recorder.restore(writer.resumed["recorder"])
+        run = Run(torch_device, opts.dtype, opts.channels_last, opts.grad, opts.target)
+
+        writer.start({"options": options_record, "inputs": input_list})
+
+        def write(item: tuple[dict[Key, torch.Tensor], dict[str, Any], list[int], int, list[Path]]) -> None:
+            tensors, progress, classes, images, paths = item
+            writer.append(tensors)
+            writer.checkpoint(progress, classes, paths)
+            if on_batch is not None:
+                on_batch(images, len(found.paths) or 1, writer.bytes_written())
+
+        behind = Behind(write)
+
+        def sink(tensors: dict[Key, torch.Tensor], batch: loader.Batch, classes: list[int]) -> None:
+            state.advance(batch, classes)
+            progress = state.progress(len(input_list), recorder)
+            behind.put((tensors, progress, classes, state.images, list(batch.paths)))
+
+        def stopped(exc: KeyboardInterrupt) -> Interrupted:
+            """Keep what reached the disk (its last checkpoint), say so in the folder and to the user."""
+            code = exc.exit_code if isinstance(exc, Interrupted) else 130
+            total = len(found.paths) or 1
+            advice = manifest.resume_advice(opts.overwrite)
+            writer.suspend(manifest.incomplete(options_record, writer.images_done, total, advice))
+            return Interrupted(code, _interrupted_text(opts.out, writer.images_done, total, writer, advice))
+
+        batches = _batches(found, state.batches)
+        try:
+            forward_all(net, recorder, batches, run, name.requested, sink)
+            behind.close()
+        except KeyboardInterrupt as exc:
+            behind.close(errors=False)  # the batches already computed still reach the disk
+            raise stopped(exc) from None
+        finally:
+            behind.close(errors=False)
+            batches.close()  # decoding workers exit now, not when the interpreter does
+        if found.paths and {str(p) for p in found.paths} <= state.skipped_paths:
+            raise files.none_readable(state.skipped)  # every image failed to decode (--skip-bad)
+        results = recorder.entries()
+        modules = dict(net.named_modules())
+        for item in results:
+            item.layout, item.windows = layouts.saved(
+                item.layer, item.kind, writer.streams[item.key].shape, item.layer in found.channels_last,
+                _traced_rows(item, found), modules,
+            )  # fmt: skip
+        notes = (
+            found.tree.notes + weight_notes + found.notes + writer.notes + _capture_notes(recorder, results)
+        )
+        if writer.resumed is not None:
+            notes.append(f"resumed after {writer.resumed['images']} of {len(found.paths)} images")
+        if state.skipped:
+            notes.append(skipped_note(state.skipped))
+        notes += writer.nonfinite_notes(results)  # NaN / Inf in a saved tensor, naming it
+        records = input_records(
+            [p for p in found.paths if str(p) not in state.skipped_paths], source, found.config, writer.hashes
+        )
+        notes += frame_notes(records)
+        extra = {**_run_record(recorder, run, opts, state.classes), "skipped": state.skipped, "notes": notes}
+        if found.shard is not None:
+            extra["shard"] = found.shard
+        made = header.header(spec, name, str(torch_device), found.config, records, options_record, extra)
+        made["model"] |= {"num_prefix_tokens": found.prefix_tokens, "class_token": found.class_token}
+        try:
+            saved = writer.commit(results, made)
+        except KeyboardInterrupt as exc:  # while .pt / .safetensors were made: every batch is on disk
+            if writer.committed:
+                raise
+            raise stopped(exc) from None
+    return CaptureResult(
+        out=opts.out,
+        manifest=opts.out / manifest.MANIFEST,
+        requested=name.requested,
+        timm_name=name.timm_name,
+        device=str(torch_device),
+        tensors=saved,
+        inputs=records,
+        notes=notes,
+        seconds=time.perf_counter() - started,
+        stopped_early=recorder.stopped_early,
+        classes=state.classes,
+        skipped=state.skipped,
+    )
+
+
+class Behind:
+    """Runs ``work(item)`` on a thread, in order, at most ``depth`` items behind the caller, so that a batch
+    is written while the next one goes through the model. An error in the thread is raised at the next
+    ``put`` or at ``close``."""
+
+    _STOP = object()
+
+    def __init__(self, work: Callable[[Any], None], depth: int = 1) -> None:
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, args=(work,), name="hookdump-writer", daemon=True)
+        self._thread.start()
+
+    def _loop(self, work: Callable[[Any], None]) -> None:
+        while (item := self._queue.get()) is not self._STOP:
+            if self._error is None:  # after an error, items are taken and dropped: the caller never blocks
+                try:
+                    work(item)
+                except BaseException as exc:
+                    self._error = exc
+
+    def put(self, item: Any) -> None:
+        self._raise()
+        self._queue.put(item)
+
+    def close(self, errors: bool = True) -> None:
+        """Wait until every item put is done (idempotent); ``errors``: raise the thread's error, if any."""
+        if self._thread.is_alive():
+            self._queue.put(self._STOP)
+            self._thread.join()
+        if errors:
+            self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+
+class _RunState:
+    """How far the run got: batches, images, classes, skipped inputs; continued from ``progress``."""
+
+    def __init__(self, progress: dict[str, Any] | None, skipped: list[dict[str, str]]) -> None:
+        progress = progress or {}
+        self.batches: int = progress.get("batches", 0)
+        self.images: int = progress.get("images", 0)
+        self.classes: list[int] = progress.get("classes", [])
+        self.skipped: list[dict[str, str]] = progress.get("skipped", skipped)
+
+    @property
+    def skipped_paths(self) -> set[str]:
+        return {s["path"] for s in self.skipped}
+
+    def advance(self, batch: loader.Batch, classes: list[int]) -> None:
+        self.batches += 1
+        self.images += len(batch.paths) + len(batch.failed)
+        self.classes += classes
+        self.skipped += batch.failed
+
+    def progress(self, total: int, recorder: Recorder) -> dict[str, Any]:
+        """The small part of a checkpoint (``sinks.Writer.start`` wrote the options and inputs once)."""
+        return {
+            "batches": self.batches, "images": self.images, "total": total or 1,
+            "skipped": list(self.skipped), "recorder": recorder.state(),
+        }  # fmt: skip
+
+
+def _recorder(net: torch.nn.Module, found: CapturePlan) -> Recorder:
+    opts, modules = found.options, found.tree.inventory.modules
+    calls = {m.name: m.calls or 1 for m in modules}
+    finished = {m.name: m.finished for m in modules if m.finished is not None}
+    return Recorder(
+        net, found.targets, opts.what, grad=opts.grad, expected_calls=calls if opts.early_stop else None,
+        finished=finished, reduce=opts.reduce, save_as=found.save_as, channels_last=found.channels_last,
+        tokens=token_layout(net),
+    )  # fmt: skip
+
+
+def _batches(found: CapturePlan, done: int) -> Generator[loader.Batch, None, None]:
+    """The batches still to run (after ``done`` of them, with --resume); close it to stop the workers."""
+    opts, source = found.options, found.source
+    assert source is not None
+    if source.random:
+        if not done:
+            yield loader.Batch([], random_batch(found.config, source.seed))
+        return
+    rest = found.paths[done * opts.batch_size :]
+    workers = loader.default_workers(len(rest), opts.batch_size) if opts.workers is None else opts.workers
+    pin = build.resolve_device(opts.device).type == "cuda"
+    yield from loader.batches(rest, found.config, opts.batch_size, workers, opts.skip_bad, pin)
+
+
+def _interrupted_text(out: Path, done: int, total: int, writer: sinks.Writer, advice: str) -> str:
+    if not writer.kept:
+        return "nothing of this run was kept."
+    return f"{done} of {total} images reached `{out}`. {advice[0].upper()}{advice[1:]}."
+
+
+def _run_record(recorder: Recorder, run: Run, opts: CaptureOptions, classes: list[int]) -> dict[str, Any]:
+    """The manifest keys that describe how this capture ran."""
+    return {
+        "save_dtype": opts.save_dtype,
+        "channels_last": run.channels_last,
+        "reduce": opts.reduce,
+        "stopped_early": recorder.stopped_early,
+        "grad": {"target": "top" if run.target is None else run.target, "classes": classes}
+        if run.grad
+        else None,
+        "values": [
+            {"layer": k[0], "kind": k[1], "index": k[2], "call": k[3], "value": v}
+            for k, v in recorder.other.items()
+        ],
+    }
+
+
+def _capture_notes(recorder: Recorder, results: list[Captured]) -> list[str]:
+    notes = [
+        f"{path} runs {n} times per forward: one file per call ({path}@0 ... {path}@{n - 1});"
+        f" --layer {path}@1 picks one"
+        for path, n in recorder.calls_per_forward.items()
+        if n > 1 and recorder.selected[path] is None
+    ]
+    notes += [
+        f"{c.stem} ({c.kind}) was changed in place later in the forward pass; hookdump saved it as it was"
+        " at hook time (a hook that keeps a reference would have saved the changed values)"
+        for c in results
+        if c.modified_in_place
+    ]
+    if recorder.grad:
+        with_grad = {(c.layer, c.index, c.call) for c in results if c.kind == "grad"}
+        notes += [
+            f"no gradient reached {c.stem}: it does not affect the target score"
+            for c in results
+            if c.kind == "output" and (c.layer, c.index, c.call) not in with_grad
+        ]
+    if recorder.prefix_left_out:
+        names = units.first_few(list(recorder.prefix_left_out))
+        notes.append(
+            f"--reduce {recorder.reduce} left out the first {max(recorder.prefix_left_out.values())} token(s)"
+            f" (class / register tokens) of the token maps of {names}, as timm's global_pool='avg' does;"
+            " --reduce cls takes the class token"
+        )
+    if recorder.stopped_early:
+        notes.append("stopped the forward pass once every wanted layer had run (--no-early-stop runs it all)")
+    return notes
+
+
+def _traced_rows(item: Captured, found: CapturePlan) -> int:
+    """The first axis of this tensor in the batch-of-one trace: 1 for a tensor of images, the windows per
+    image for a windowed one (1 when the trace does not tell)."""
+    inventory = found.tree.inventory
+    path = item.layer
+    if item.kind == "attn":
+        path = next((child for child, (owner, _) in found.save_as.items() if owner == item.layer), path)
+    info = inventory.get(path)
+    if info is None:
+        return 1
+    shapes = info.input_shapes if item.kind == "input" else info.output_shapes
+    firsts = {s[0] for s in shapes if s}
+    return firsts.pop() if len(firsts) == 1 else 1

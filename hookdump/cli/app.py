@@ -1,0 +1,395 @@
+"""The ``hookdump`` command: parse, call ``hookdump.api``, render. No torch import at module level."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .. import digest
+from ..errors import Interrupted, UsageError
+from ..version import __version__
+from . import process, shell
+
+app = typer.Typer(
+    cls=shell.Group,
+    name="hookdump",
+    help="See inside timm vision models: list hookable modules, capture layer activations to files.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"hookdump {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """See inside timm vision models: list hookable modules, capture layer activations to files."""
+
+
+# Options shared by several commands, declared once.
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model", "-m", help="timm model name, or a Twins alias (alt_gvt_large, pcpvt_small, ...)."
+    ),
+]
+ImportOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--import", help="Module or .py file to import first (registers models with timm). Repeatable."
+    ),
+]
+ModelArgOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--model-arg",
+        metavar="KEY=VALUE",
+        help="Keyword for timm.create_model (num_classes=10, in_chans=1); a Python literal or a string."
+        " Repeatable.",
+    ),
+]
+InputSizeOpt = Annotated[
+    str | None, typer.Option("--input-size", help="C,H,W instead of the model's default.")
+]
+JsonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        callback=shell.set_json,
+        help="Print one JSON document on stdout (errors too) instead of text.",
+    ),
+]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        is_eager=True,
+        callback=shell.apply_config,
+        help="TOML file (or a capture's manifest.json) whose keys are these options; flags given here win.",
+    ),
+]
+PrintConfigOpt = Annotated[
+    bool, typer.Option("--print-config", help="Print the effective options as a TOML config and exit.")
+]
+
+
+def _model_spec(name: str | None, imports: list[str] | None, args: list[str] | None, **weights: Any) -> Any:
+    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
+    from ..model.args import parse_model_args
+    from ..model.build import DEFAULT_MODEL, ModelSpec
+
+    return ModelSpec(
+        name or DEFAULT_MODEL, tuple(imports or ()), name_given=name is not None,
+        model_args=parse_model_args(args or []), **weights,
+    )  # fmt: skip
+
+
+def _input_size(text: str | None) -> tuple[int, int, int] | None:
+    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
+    from ..inputs.files import parse_input_size
+
+    return parse_input_size(text) if text else None
+
+
+@app.command("list-modules")
+def list_modules(
+    ctx: typer.Context,
+    model_name: Annotated[
+        str | None, typer.Argument(metavar="[MODEL]", help="Model name (or use --model).")
+    ] = None,
+    model: ModelOpt = None,
+    imports: ImportOpt = None,
+    model_arg: ModelArgOpt = None,
+    input_size: InputSizeOpt = None,
+    depth: Annotated[int | None, typer.Option(min=1, help="Show modules at most N levels deep.")] = None,
+    pattern: Annotated[
+        str | None,
+        typer.Option("--filter", help="Only paths a --layer glob or re: regex matches; a path: its subtree."),
+    ] = None,
+    leaves: Annotated[bool, typer.Option("--leaves", help="Only modules without children.")] = False,
+    no_shapes: Annotated[bool, typer.Option("--no-shapes", help="Skip the traced pass.")] = False,
+    json_out: JsonOpt = False,
+    config: ConfigOpt = None,
+    print_config: PrintConfigOpt = False,
+) -> None:
+    """Every module as a tree: the path --layer takes, class, params, shapes, calls; never-firing marked."""
+    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
+    from .. import api
+    from . import render
+
+    if model_name and model and model_name != model:
+        raise UsageError(
+            f"Two models given: `{model_name}` and --model `{model}`.", "Give the model once, either way."
+        )
+    if print_config:
+        return shell.print_config(ctx, model=model_name or model)
+    with shell.user_output_to_stderr(json_out):
+        tree = api.list_modules(
+            _model_spec(model_name or model, imports, model_arg), input_size=_input_size(input_size),
+            shapes=not no_shapes, depth=depth, pattern=pattern, leaves=leaves,
+        )  # fmt: skip
+    render.notes(tree.notes)
+    if json_out:
+        typer.echo(render.as_json([m.as_dict() for m in tree.modules]))
+    else:
+        render.print_tree(tree)
+
+
+@app.command()
+def capture(
+    ctx: typer.Context,
+    images: Annotated[
+        list[str] | None, typer.Argument(help="Image files, folders (recursive), globs or @list.txt.")
+    ] = None,
+    layer: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--layer",
+            "-l",
+            help="pos_block.3.proj.0, pos_block[3].proj[0], blocks.*.*.attn, re:REGEX, LAYER@k. Repeatable.",
+        ),
+    ] = None,
+    model: ModelOpt = None,
+    imports: ImportOpt = None,
+    model_arg: ModelArgOpt = None,
+    checkpoint: Annotated[
+        Path | None, typer.Option(help=".safetensors or .pth weights, loaded strictly.")
+    ] = None,
+    pretrained: Annotated[bool, typer.Option("--pretrained", help="timm's pretrained weights.")] = False,
+    sample: Annotated[bool, typer.Option("--sample", help="Use the photo bundled with hookdump.")] = False,
+    random_input: Annotated[bool, typer.Option("--random-input", help="One seeded random input.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of random weights and of --random-input.")] = 0,
+    input_size: InputSizeOpt = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("hookdump-out"),
+    fmt: Annotated[str, typer.Option("--format", help="npy, pt, safetensors; comma-separated.")] = "npy",
+    what: Annotated[str, typer.Option(help="output, input or both.")] = "output",
+    grad: Annotated[bool, typer.Option("--grad", help="Also save gradients of the outputs.")] = False,
+    target: Annotated[int | None, typer.Option(help="Class for --grad (default: top class).")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16 (autocast).")] = "float32",
+    channels_last: Annotated[
+        bool, typer.Option("--channels-last", help="channels_last memory format.")
+    ] = False,
+    save_dtype: Annotated[
+        str, typer.Option(help="float32, float16, bfloat16 (not .npy), or keep (as computed).")
+    ] = "float32",
+    batch_size: Annotated[int, typer.Option(help="Images per forward pass.")] = 16,
+    workers: Annotated[
+        int | None, typer.Option(help="Image-decoding processes (0: in process; default: by the machine).")
+    ] = None,
+    reduce: Annotated[
+        str, typer.Option(help="Pool each map at capture time: none, mean, max (over space or tokens), cls.")
+    ] = "none",
+    shard_size: Annotated[
+        str | None,
+        typer.Option(help="Safetensors shards of at most this size (2GB, 500MB); default one file."),
+    ] = None,
+    skip_bad: Annotated[
+        bool, typer.Option("--skip-bad", help="Record unreadable images in the manifest and go on.")
+    ] = False,
+    early_stop: Annotated[
+        bool,
+        typer.Option(
+            "--early-stop/--no-early-stop", help="Stop the forward once every wanted layer has run."
+        ),
+    ] = True,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be hooked and exit.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace a capture (or an interrupted one) in --out.")
+    ] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the interrupted capture in --out (same options).")
+    ] = False,
+    shard: Annotated[
+        str | None, typer.Option(help="I/N: capture shard I of N of the inputs (whole batches); see merge.")
+    ] = None,
+    attention: Annotated[
+        bool, typer.Option("--attention", help="Unfuse timm attention; save each attention module's weights.")
+    ] = False,
+    png: Annotated[
+        bool, typer.Option("--png", help="Draw each tensor's grid (and heat map over the photo) beside it.")
+    ] = False,
+    json_out: JsonOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+    config: ConfigOpt = None,
+    print_config: PrintConfigOpt = False,
+) -> None:
+    """Hook layers, run images through the model in eval mode, write every captured tensor to files."""
+    if not (dry_run or print_config):  # hashed for the manifest on the idle core while torch and timm import
+        digest.prefetch(checkpoint)
+    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
+    from .. import api
+    from ..inputs import files
+    from . import progress, render
+
+    if print_config:
+        return shell.print_config(ctx)
+    spec = _model_spec(model, imports, model_arg, checkpoint=checkpoint, pretrained=pretrained, seed=seed)
+    source = files.InputSpec(tuple(images or ()), sample, random_input, seed, _input_size(input_size))
+    names = set(api.CaptureOptions.__dataclass_fields__) - {"formats"}
+    options = api.CaptureOptions(formats=(fmt,), **{k: v for k, v in ctx.params.items() if k in names})
+    if int(os.environ.get("RANK", "0")) > 0:  # under torchrun, rank 0 alone speaks
+        quiet, json_out = True, False
+    with shell.user_output_to_stderr(json_out):
+        if dry_run:
+            found = api.plan(layer or [], model=spec, images=source, options=options)
+        else:
+            bar = progress.Progress(enabled=not quiet)
+            with bar:
+                result = api.capture(
+                    source, layer or [], model=spec, options=options, on_batch=process.trimmed(bar.update)
+                )
+            if png and int(os.environ.get("RANK", "0")) == 0:
+                # for speed: the picture code loads only when --png asks for pictures
+                from ..pictures.draw import capture_pictures
+
+                shown = capture_pictures(result.out, result.inputs)
+                result.pictures, result.notes = [r.path for r in shown.rendered], result.notes + shown.notes
+    if dry_run:
+        render.notes(found.tree.notes + found.notes)
+        typer.echo(render.as_json(render.plan_dict(found)) if json_out else render.plan(found))
+    elif json_out:
+        typer.echo(result.manifest.read_text().rstrip())
+    elif not quiet:
+        render.notes(result.notes)
+        typer.echo(render.capture_summary(result))
+
+
+@app.command()
+def merge(
+    shards: Annotated[
+        list[Path], typer.Argument(metavar="SHARD_DIR...", help="The --out folders of capture --shard I/N.")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder of the joined capture.")],
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace a capture already in --out.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Join the folders of capture --shard I/N into the capture one process would have written."""
+    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
+    from ..capture import parallel
+    from . import render
+
+    merged = parallel.merge(list(shards), out, overwrite=overwrite)
+    if json_out:
+        typer.echo(merged.manifest.read_text().rstrip())
+    else:
+        typer.echo(render.merge_summary(merged))
+
+
+@app.command("stats")
+def stats_command(
+    out: Annotated[Path, typer.Argument(metavar="OUT", help="The --out folder of a finished capture.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Every captured tensor's min, max, mean, std, zeros, NaN and Inf (from the manifest, or the files)."""
+    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
+    from ..store.stats import collect, table
+    from . import render
+
+    rows, notes = collect(out)
+    render.notes(notes)
+    typer.echo(render.as_json(rows) if json_out else table(rows))
+
+
+@app.command()
+def report(
+    out: Annotated[Path, typer.Argument(metavar="OUT", help="The --out folder of a finished capture.")],
+    max_channels: Annotated[
+        int, typer.Option(min=1, help="Draw at most the first N channels of each tensor.")
+    ] = 64,
+    json_out: JsonOpt = False,
+) -> None:
+    """OUT/index.html: every layer's picture, shape and stats, the inputs and the run's provenance."""
+    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
+    from ..report.build import build
+    from . import render
+
+    written = build(out, max_channels=max_channels)
+    render.notes(written.notes)
+    typer.echo(render.as_json(written.as_dict()) if json_out else written.summary())
+
+
+@app.command()
+def show(
+    files: Annotated[
+        list[Path],
+        typer.Argument(metavar="FILE...", help=".npy / .pt / .safetensors from capture, or capture folders."),
+    ],
+    key: Annotated[
+        str | None, typer.Option(help="Tensor name in a .safetensors file or a capture folder (layer1).")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="PNG to write, or a folder for several (default: beside FILE)."),
+    ] = None,
+    index: Annotated[str, typer.Option(help="Which image of the batch, or `all` (one PNG each).")] = "0",
+    max_channels: Annotated[int, typer.Option(min=1, help="Draw at most the first N channels.")] = 64,
+    channels: Annotated[str | None, typer.Option(help="Draw channels A:B (half-open).")] = None,
+    top_k: Annotated[
+        int | None, typer.Option(min=1, help="Draw the K channels of largest mean |activation|.")
+    ] = None,
+    scale: Annotated[str, typer.Option(help="channel (each map on its own) or global (one for all).")] = (
+        "channel"
+    ),
+    grey: Annotated[bool, typer.Option("--grey", help="Grey levels instead of viridis / inferno.")] = False,
+    overlay: Annotated[
+        Path | None, typer.Option(help="Photo to lay the mean |activation| over, as a heat map.")
+    ] = None,
+    gradcam: Annotated[
+        bool, typer.Option("--gradcam", help="Grad-CAM from the layer's --grad file, over --overlay.")
+    ] = False,
+    rollout: Annotated[
+        bool, typer.Option("--rollout", help="Attention rollout through every .attn tensor given.")
+    ] = False,
+    alpha: Annotated[float, typer.Option(min=0.0, max=1.0, help="Heat-map weight in the overlay.")] = 0.5,
+    json_out: JsonOpt = False,
+) -> None:
+    """Captured tensors as PNGs: labelled channel grids, heat maps or Grad-CAM over the photo (--overlay)."""
+    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
+    from ..pictures import draw
+    from . import render
+
+    shown = draw.show_many(
+        files, key=key, output=output, index=draw.parse_index(index), max_channels=max_channels,
+        channels=channels, top_k=top_k, scale=scale, grey=grey, photo=overlay, alpha=alpha, gradcam=gradcam,
+        rollout=rollout,
+    )  # fmt: skip
+    render.notes(shown.notes + [n for r in shown.rendered for n in r.notes])
+    dicts = [r.as_dict() for r in shown.rendered]
+    typer.echo(render.as_json(dicts if shown.many else dicts[0]) if json_out else render.show_summary(shown))
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Interrupted(128 + signum)
+
+
+def main() -> None:
+    """Console-script entry point. SIGTERM (CI time-outs, ``timeout``, ``docker stop``) is handled like
+    Ctrl-C: the run unwinds, its scratch files are removed, the exit code is 143. The process settings
+    (:mod:`hookdump.cli.process`): malloc keeps freed memory within a batch and gives it back after each,
+    OpenMP's idle threads spin less, the exit skips the interpreter's teardown, and a standard stream the
+    caller closed reads as /dev/null."""
+    process.reopen_closed_streams()
+    process.keep_freed_memory()
+    process.short_spin()
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        app(prog_name="hookdump")
+    except SystemExit as exc:
+        process.exit_now(exc.code)

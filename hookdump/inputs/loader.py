@@ -1,0 +1,123 @@
+"""Image files to batches, decoded and transformed by the model's own eval transform in worker processes
+(``--workers``) so that the model does not wait for JPEG decoding; rows stay in input order."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from ..errors import InputError
+from .files import model_mode
+from .images import open_image
+
+
+@dataclass
+class Batch:
+    """One forward pass's input: the images' rows, their paths, and what --skip-bad left out of it."""
+
+    paths: list[Path]
+    tensor: torch.Tensor | None
+    failed: list[dict[str, str]] = field(default_factory=list)
+
+
+def eval_transform(config: dict[str, Any]) -> Callable[[Any], torch.Tensor]:
+    """The model's own eval transform (resize, center crop, normalize)."""
+    from timm.data import create_transform
+
+    return create_transform(**config, is_training=False)  # type: ignore[no-any-return]
+
+
+def default_workers(images: int, batch_size: int) -> int:
+    """Decode in parallel when there is more than one batch: one worker per spare core, at most 8."""
+    if images <= batch_size:
+        return 0
+    return max(1, min(8, (os.cpu_count() or 1) - 1))
+
+
+class _Images(Dataset[tuple[int, torch.Tensor | None, str, str]]):
+    """Decodes one image; a failure is returned as data (path, reason), never raised inside a worker."""
+
+    def __init__(self, paths: list[Path], config: dict[str, Any]) -> None:
+        self.paths = paths
+        self.config = config
+        self.transform: Callable[[Any], torch.Tensor] | None = None  # made in the worker that uses it
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[int, torch.Tensor | None, str, str]:
+        if self.transform is None:
+            self.transform = eval_transform(self.config)
+        try:
+            return i, self.transform(open_image(self.paths[i], model_mode(self.config))), "", ""
+        except InputError as exc:
+            return i, None, exc.message, exc.hint or ""
+
+
+_Collated = tuple[list[int], torch.Tensor | None, list[tuple[int, str, str]]]
+
+
+def _collate(items: list[tuple[int, torch.Tensor | None, str, str]]) -> _Collated:
+    """Stack the decoded images (in the worker); keep the failures as (index, reason, hint)."""
+    good = [(i, t) for i, t, _, _ in items if t is not None]
+    stacked = torch.stack([t for _, t in good]) if good else None
+    return [i for i, _ in good], stacked, [(i, m, h) for i, t, m, h in items if t is None]
+
+
+def batches(
+    paths: list[Path],
+    config: dict[str, Any],
+    batch_size: int,
+    workers: int = 0,
+    skip_bad: bool = False,
+    pin_memory: bool = False,
+) -> Iterator[Batch]:
+    """Load, transform and stack images ``batch_size`` at a time, in order; ``workers`` decode ahead
+    (pinned memory for a fast copy to the GPU).
+
+    An image that cannot be decoded stops the run (an InputError naming it) unless ``skip_bad``: then it is
+    left out of its batch and reported in ``Batch.failed``.
+    """
+    loader = DataLoader(
+        _Images(paths, config),
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=workers,
+        collate_fn=_collate,
+        pin_memory=pin_memory,
+        worker_init_fn=_leave_signals_to_the_main_process if workers else None,
+    )
+    iterator = iter(loader)
+    try:
+        for kept, stacked, failures in iterator:
+            if failures and not skip_bad:
+                _, message, hint = failures[0]
+                raise InputError(message, hint or None)
+            failed = [{"path": str(paths[i]), "reason": message} for i, message, _ in failures]
+            yield Batch([paths[i] for i in kept], stacked, failed)
+    finally:
+        _stop_workers(iterator)
+
+
+def _leave_signals_to_the_main_process(worker_id: int) -> None:
+    """In each decoding worker: Ctrl-C and SIGTERM sent to the whole process group (a terminal, Slurm,
+    systemd, torchrun) are the main process's to handle. A worker they killed would fail the run as
+    "DataLoader worker killed by signal" before the main process could keep its progress; it stops the
+    workers itself (and they exit on their own if it dies: they watch their parent)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _stop_workers(iterator: Iterator[Any]) -> None:
+    """Let the workers exit on their own now (they clean up after themselves, e.g. their /tmp/pymp-*
+    folders), rather than be killed by multiprocessing at interpreter exit after Ctrl-C or SIGTERM."""
+    shutdown = getattr(iterator, "_shutdown_workers", None)  # DataLoader's own; absent with workers=0
+    if shutdown is not None:
+        shutdown()

@@ -1,0 +1,85 @@
+"""``--attention``: the softmax weights of timm's attention modules, which fused attention never makes.
+
+timm's attention modules carry a ``fused_attn`` flag: when it is on, ``F.scaled_dot_product_attention``
+computes the result without ever holding the attention weights, and the module's ``attn_drop`` is never
+called. With the flag off, the same math runs step by step, ``softmax(q k^T * scale [+ bias, mask])`` goes
+through ``attn_drop`` (identity in eval mode; DaViT's WindowAttention has an ``nn.Softmax`` child instead),
+and a hook there sees the weights: hookdump saves them as ``<attention module>.attn``, shape
+``(N, heads, L, L)`` for ViT-style attention; other shapes where the model's attention is other (Swin
+windows: ``(N * windows, heads, w*w, w*w)``; spatial reduction in PVT v2 and Twins: ``(N, heads, L, L')``;
+class attention in CaiT: ``(N, heads, 1, L)``; Twins' locally-grouped windows: ``(N, windows, heads, w*w,
+w*w)``). CaiT's talking-heads blocks save the weights after ``proj_w`` mixed the heads, whose rows do not
+sum to 1 (:func:`notes` says so).
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ..errors import LayerError
+from .layers import LayerTarget
+from .tree import ATTN_DROP as DROP
+from .tree import Inventory
+
+
+def unfuse(model: nn.Module) -> int:
+    """Turn timm's fused attention off in every module that has the switch; how many had it on."""
+    count = 0
+    for module in model.modules():
+        if getattr(module, "fused_attn", None) is True:
+            setattr(module, "fused_attn", False)  # noqa: B010  (a plain attribute, not a submodule)
+            count += 1
+    return count
+
+
+def targets(chosen: list[LayerTarget], inventory: Inventory, model_label: str) -> dict[str, str]:
+    """For each chosen attention module, the child whose output is its attention weights: ``{child path:
+    attention module path}``. None among the chosen layers is an error with the fix."""
+    found: dict[str, str] = {}
+    for target in chosen:
+        child = weights_child(target.path, inventory)
+        if child is not None:
+            found[child] = target.path
+    if not found:
+        raise LayerError(
+            f"--attention: none of the layers asked for is an attention module of {model_label} whose"
+            f" attention weights can be captured (a module with an `{DROP}` child, as timm's Attention, or"
+            " an nn.Softmax child that outputs (N, heads, L, S) weights, as DaViT's WindowAttention).",
+            f"Ask for the attention modules themselves, e.g. -l 'blocks.*.attn'; `hookdump list-modules"
+            f" {model_label} --filter '**.{DROP}'` (or '**.softmax') lists where they are.",
+        )
+    return found
+
+
+def weights_child(path: str, inventory: Inventory) -> str | None:
+    """The child of ``path`` that outputs its attention weights, found by what it computes: ``attn_drop``
+    (timm passes the softmax weights through it), else an ``nn.Softmax`` child whose traced output is 4-D
+    ``(N, heads, L, S)`` (DaViT's WindowAttention has no ``attn_drop``); None when neither runs."""
+    module = inventory.get(path)
+    if module is None:
+        return None
+    drop = inventory.get(f"{path}.{DROP}")
+    if drop is not None and drop.fires:
+        return drop.name
+    for name in module.children:
+        child = inventory.get(name)
+        if child is not None and child.type == "Softmax" and child.fires:
+            shapes = child.output_shapes
+            if len(shapes) == 1 and len(shapes[0]) == 4:
+                return child.name
+    return None
+
+
+def notes(found: dict[str, str], inventory: Inventory) -> list[str]:
+    """What is unusual about the weights saved: talking-heads attention (CaiT's ``TalkingHeadAttn``: a
+    ``proj_w`` child mixes the heads after the softmax) saves mixed weights whose rows do not sum to 1."""
+    said = []
+    for child, owner in found.items():
+        module = inventory.get(owner)
+        if module is not None and {f"{owner}.proj_l", f"{owner}.proj_w"} <= set(module.children):
+            said.append(
+                f"{owner}.attn ({module.type}) holds talking-heads weights: the softmax mixed across heads by"
+                f" {owner}.proj_w, as `{child}` receives them, so its rows do not sum to 1 (the softmax"
+                " itself is computed inside the module and is never a tensor a hook can see)"
+            )
+    return said

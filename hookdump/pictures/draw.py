@@ -1,0 +1,326 @@
+"""Captured tensors as PNGs: labelled channel grids (:mod:`hookdump.grid`), heat maps and Grad-CAM over the
+photo (:mod:`hookdump.overlay`, :mod:`hookdump.gradcam`). Never prints; imports no torch (a ``.pt`` file
+aside), so a PNG costs numpy and Pillow only.
+
+:func:`show` renders one tensor to one PNG; :func:`show_many` renders every tensor and image asked for (a
+capture folder, several files, ``index=None`` for every image), each PNG written to a scratch name first and
+renamed into place only when all are drawn, so a failure leaves none. Names, beside each tensor file (or in
+the ``output`` folder): ``<stem>.png``, ``<stem>.overlay.png`` with a photo, ``<stem>.gradcam.png`` for
+Grad-CAM; for every image of the batch, ``<stem>.img<i>.png`` (``.img<i>.overlay.png``, ...).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import HookdumpError, NoMap, UsageError
+from ..failures import from_environment
+from ..inputs.images import open_image
+from ..store.manifest import ROLLOUT, picture_name
+from ..store.tensorfile import Array, Loaded, expand, is_gradient, load
+from .attnviz import head_overlays, rollout_of
+from .colormap import paint
+from .gradcam import compute
+from .grid import grid
+from .maps import feature_maps, to_unit
+from .overlay import blend, fit_photo, heat, photo_notes
+from .style import Rendered, Shown, Style
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+
+def show(
+    file: Path, *, key: str | None = None, output: Path | None = None, index: int = 0, **style: Any
+) -> Rendered:
+    """Render one tensor (``key`` picks it in a safetensors file or capture folder) as one PNG."""
+    options = Style(**style)
+    options.check()
+    loaded = load(file, key)
+    out = _destination(output, 1)[0] or default_output(loaded, options, None, None)
+    staged = _Staged()
+    try:
+        image, rendered = render(loaded, index, options, out)
+        staged.add(image, out)
+        staged.commit()
+    finally:
+        staged.discard()
+    return rendered
+
+
+def show_many(
+    files: list[Path],
+    *,
+    key: str | None = None,
+    output: Path | None = None,
+    index: int | None = 0,
+    **style: Any,
+) -> Shown:
+    """Render every tensor ``files`` name (all of a capture folder or safetensors file without ``key``),
+    image ``index`` of each, or every image when ``index`` is None."""
+    options = Style(**style)
+    options.check()
+    many = len(files) > 1 or index is None
+    pairs = []
+    for path in files:
+        named = expand(path, key)
+        many = many or (key is None and (path.is_dir() or path.suffix.lower() == ".safetensors"))
+        pairs += named
+    loaded = [load(f, k) for f, k in pairs]
+    if options.rollout:
+        return _rollout(loaded, index, options, output)
+    if options.gradcam:
+        loaded = [t for t in loaded if not is_gradient(t)] or loaded
+    jobs = [(t, i) for t in loaded for i in (range(t.count) if index is None else [index])]
+    file, folder = _destination(output, len(jobs))
+    outs = [file or default_output(t, options, None if index is not None else i, folder) for t, i in jobs]
+    _no_clashes(outs)
+    rendered, notes, skipped = [], [], []
+    staged = _Staged()
+    try:
+        for (tensor, i), out in zip(jobs, outs, strict=True):
+            try:
+                image, done = render(tensor, i, options, out)
+            except NoMap as exc:
+                if not many:
+                    raise
+                skipped.append(exc)
+                notes.append(f"{tensor.stem}: skipped: {exc.message}")
+                continue
+            staged.add(image, out)
+            rendered.append(done)
+        if not rendered and skipped:
+            raise skipped[0]
+        staged.commit()
+    finally:
+        staged.discard()
+    return Shown(rendered, notes, many)
+
+
+def _attention_overlay(
+    loaded: Loaded, index: int, style: Style, maps: Array, fitted: Image, common: dict[str, Any]
+) -> tuple[Array, Rendered]:
+    """Attention weights over the photo: one tile per head (:func:`attnviz.head_overlays`)."""
+    colours = style.colours(heat=True)
+    caption = [loaded.name, f"image {index} of {tuple(loaded.array.shape)}", common["layout"]]
+    image, tiles, columns, tile, top, notes = head_overlays(
+        maps, fitted, style.alpha, colours, caption, loaded.stem
+    )
+    notes += photo_notes(loaded, style.photo, index) if style.photo else []
+    return image, Rendered(
+        width=image.shape[1], height=image.shape[0], **common, channels_shown=len(maps), columns=columns,
+        tile=tile, overlay=style.photo, notes=notes, kind="attention", selection=f"{len(maps)} heads",
+        scale="each head min-max scaled on its own", colormap=colours, caption_height=top, tiles=tiles,
+    )  # fmt: skip
+
+
+def _rollout(loaded: list[Loaded], index: int | None, style: Style, output: Path | None) -> Shown:
+    """``--rollout``: one picture per image of the rollout through every attention tensor given."""
+    images = range(loaded[0].count) if index is None and loaded else [index or 0]
+    file, folder = _destination(output, len(images))
+    rendered = []
+    staged = _Staged()
+    try:
+        for i in images:
+            unit, how, layers = rollout_of(loaded, i)
+            first = layers[0]
+            where = folder or first.path.parent
+            out = file or where / picture_name(ROLLOUT, None if index is not None else i, style.suffix)
+            image, done = _heat_picture(first, i, style, out, unit, how)
+            staged.add(image, out)
+            rendered.append(done)
+        staged.commit()
+    finally:
+        staged.discard()
+    return Shown(rendered, [], index is None)
+
+
+def _heat_picture(
+    loaded: Loaded, index: int, style: Style, out: Path, heat: Array, how: str
+) -> tuple[Array, Rendered]:
+    """One heat map ``heat`` (h, w): over the photo with ``style.photo``, else alone, enlarged."""
+    unit = to_unit(heat, None)[0]
+    colours = style.colours(heat=True)
+    common: dict[str, Any] = dict(
+        path=out, source=loaded.source, name="attention rollout", shape=list(loaded.array.shape),
+        index=index, layout=how, channels=1, channels_shown=1, kind="rollout", colormap=colours,
+        scale="min-max scaled", padding=0, label_height=0,
+    )  # fmt: skip
+    if style.photo is None:
+        factor = max(1, 224 // max(unit.shape))
+        image = paint(unit, colours).repeat(factor, axis=0).repeat(factor, axis=1)
+        return image, Rendered(width=image.shape[1], height=image.shape[0], **common)
+    fitted, fit = _fitted(loaded, style)
+    image = blend(unit, fitted, style.alpha, colours)
+    notes = photo_notes(loaded, style.photo, index)
+    rendered = Rendered(width=image.shape[1], height=image.shape[0], **common, overlay=style.photo, fit=fit)
+    rendered.notes = notes
+    return image, rendered
+
+
+def _fitted(loaded: Loaded, style: Style) -> tuple[Image, str]:
+    """``--overlay``'s photo as the model's eval transform cropped it: decoded and cropped once per version
+    of the photo and transform, however many tensors are drawn over it."""
+    assert style.photo is not None
+    stat = style.photo.stat() if style.photo.is_file() else None
+    stamp = (stat.st_size, stat.st_mtime_ns) if stat else (-1, -1)
+    transform = json.dumps((loaded.manifest or {}).get("transform"), sort_keys=True)
+    return _fit_once(str(style.photo), stamp, transform)
+
+
+@functools.lru_cache(maxsize=8)
+def _fit_once(photo: str, stamp: tuple[int, int], transform: str) -> tuple[Image, str]:
+
+    return fit_photo(open_image(Path(photo), option="--overlay"), json.loads(transform))
+
+
+def capture_pictures(out: Path, inputs: list[dict[str, Any]]) -> Shown:
+    """``capture --png``: every tensor's grid of the first image beside it, and its heat map over the photo
+    when the first input (of the manifest's ``inputs``) is a photo still on disk. What cannot be drawn
+    (vectors, windowed attention, an unreadable photo) is said in a note, never an error: the capture
+    itself is done."""
+    first = inputs[0].get("path") if inputs else None
+    photo = Path(first) if first and Path(first).is_file() else None
+    drawn: list[Rendered] = []
+    notes: list[str] = []
+    for over in [None, photo] if photo is not None else [None]:
+        try:
+            shown = show_many([out], index=0, photo=over)
+        except HookdumpError as exc:
+            notes.append(f"--png: {exc.message}")
+            continue
+        drawn += shown.rendered
+        notes += [f"--png: {n}" for n in shown.notes] + [n for r in shown.rendered for n in r.notes]
+    return Shown(drawn, list(dict.fromkeys(notes)), True)
+
+
+def parse_index(text: str) -> int | None:
+    """``--index``: an image number, or ``all`` (None)."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(
+            f"--index `{text}` is not an image number.", "Use --index 0, 1, ... or all."
+        ) from None
+    if value < 0:
+        raise UsageError(
+            f"--index {value} is out of range: images count from 0.", "Use --index 0, 1, ... or all."
+        )
+    return value
+
+
+def render(loaded: Loaded, index: int, style: Style, out: Path) -> tuple[Array, Rendered]:
+    """The picture of image ``index`` of ``loaded`` (grid, heat map or Grad-CAM) and what it shows."""
+    maps = feature_maps(loaded, index)
+    common: dict[str, Any] = dict(
+        path=out, source=loaded.source, name=loaded.name, shape=list(loaded.array.shape), index=index,
+        layout=maps.layout, channels=len(maps.maps),
+    )  # fmt: skip
+    if style.photo is None:
+        colours = style.colours(heat=False)
+        caption = [loaded.name, f"image {index} of {tuple(loaded.array.shape)}", maps.layout]
+        sheet = grid(
+            maps.maps, caption, name=loaded.stem, channels=style.channels, top_k=style.top_k,
+            max_channels=style.max_channels, scale=style.scale, colours=colours,
+        )  # fmt: skip
+        height, width = sheet.image.shape[:2]
+        return sheet.image, Rendered(
+            width=width, height=height, **common, channels_shown=len(sheet.tiles), columns=sheet.columns,
+            tile=sheet.tile, notes=sheet.notes, selection=sheet.selection, scale=sheet.scale,
+            colormap=colours, caption_height=sheet.caption_height, tiles=sheet.tiles,
+        )  # fmt: skip
+
+    colours = style.colours(heat=True)
+    fitted, fit = _fitted(loaded, style)
+    if loaded.layout == "attn" and not style.gradcam:
+        return _attention_overlay(loaded, index, style, maps.maps, fitted, common | {"fit": fit})
+    target = None
+    if style.gradcam:
+        cam = compute(loaded, index)
+        unit, notes, target = cam.cam, cam.notes, cam.target
+    else:
+        unit, notes = heat(maps.maps, loaded.stem)
+    image = blend(unit, fitted, style.alpha, colours)
+    notes += photo_notes(loaded, style.photo, index)
+    return image, Rendered(
+        width=image.shape[1], height=image.shape[0], **common, channels_shown=len(maps.maps),
+        overlay=style.photo, fit=fit, notes=notes, kind="gradcam" if style.gradcam else "overlay",
+        scale="min-max scaled", colormap=colours, padding=0, label_height=0, target=target,
+    )  # fmt: skip
+
+
+def default_output(loaded: Loaded, style: Style, image: int | None, folder: Path | None) -> Path:
+    """``<stem>[.img<i>][.overlay|.gradcam].png`` in ``folder``, else beside the tensor file."""
+    return (folder or loaded.path.parent) / picture_name(loaded.stem, image, style.suffix)
+
+
+def _destination(output: Path | None, pictures: int) -> tuple[Path | None, Path | None]:
+    """``--output`` as (one PNG file, None) or (None, a folder for every PNG); refused when it cannot be."""
+    if output is None:
+        return None, None
+    if output.suffix.lower() == ".png":
+        if pictures > 1:
+            raise UsageError(
+                f"--output `{output}` names one PNG, but this draws {pictures} pictures.",
+                "Give --output a folder (a name without .png), or leave it out to write each PNG beside"
+                " its tensor.",
+            )
+        return output, None
+    if output.is_dir() or not output.suffix:
+        return None, output
+    raise UsageError(
+        f"--output `{output}` does not end in .png.", "Name the PNG file, e.g. -o maps.png (or a folder)."
+    )
+
+
+def _no_clashes(outs: list[Path]) -> None:
+    seen: set[Path] = set()
+    for out in outs:
+        if out in seen:
+            raise UsageError(
+                f"Two pictures would both be written to `{out}`.",
+                "Show them in separate runs, or leave --output out so each goes beside its tensor.",
+            )
+        seen.add(out)
+
+
+class _Staged:
+    """PNGs written to scratch names beside their destination, renamed into place by :meth:`commit`. Each
+    file is created the ordinary way, so it gets the user's usual permissions (umask), not mkstemp's 0600."""
+
+    def __init__(self) -> None:
+        self.files: list[tuple[Path, Path]] = []
+
+    def add(self, image: Array, out: Path) -> None:
+        from PIL import Image
+
+        tmp = out.parent / f".hookdump-{os.getpid()}-{len(self.files)}.png"  # never longer than NAME_MAX
+        self.files.append((tmp, out))
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(image).save(tmp, format="PNG", compress_level=3)  # 3x faster than 6, ~5% larger
+        except OSError as exc:
+            raise from_environment(exc) or UsageError(
+                f"Cannot write `{out}`: {exc}", "Choose another --output."
+            ) from exc
+
+    def commit(self) -> None:
+        try:
+            for tmp, out in self.files:
+                os.replace(tmp, out)
+        except OSError as exc:
+            raise from_environment(exc) or UsageError(
+                f"Cannot write `{out}`: {exc}", "Choose another --output."
+            ) from exc
+
+    def discard(self) -> None:
+        for tmp, _ in self.files:
+            with contextlib.suppress(OSError):
+                tmp.unlink()

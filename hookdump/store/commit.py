@@ -1,0 +1,175 @@
+"""The last step of a capture, moving its files from the scratch folder into ``OUT``, made safe to stop.
+
+Everything is first staged whole in ``OUT/.hookdump-partial``: the tensor files under their final names and
+the new ``manifest.json``; then a journal (``commit.json``) lists the moves and the old capture's files to
+remove. From then on the commit is decided and :func:`finish` carries it out, and carries it out again,
+idempotently, after a ``kill -9`` anywhere: the old manifest goes first (the folder then says it is
+unfinished), then the old files, then the moves, the new manifest last (a rename), then the scratch folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from .formats import SAFETENSORS_FILE, SAFETENSORS_INDEX
+from .lock import OutputLock
+from .manifest import MANIFEST, ROLLOUT, entry_stem, inside, is_picture_of
+from .outdir import JOURNAL, REPORT_FOLDER, REPORT_PAGE, SCRATCH, committing, read_manifest
+
+
+def kill_at(point: str) -> None:
+    """Test seam: ``HOOKDUMP_TEST_KILL_AT=point`` SIGKILLs this process there, as a power cut would
+    (``checkpoint-N``: after the N-th batch's checkpoint; ``commit-staged``, ``commit-moves``,
+    ``commit-done``: in the final moves)."""
+    if os.environ.get("HOOKDUMP_TEST_KILL_AT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def previous_files(out: Path) -> list[str]:
+    """What an --overwrite removes of the capture in ``out``: the files its manifest lists, and the pictures
+    and report page drawn from them (``show``, ``capture --png``, ``hookdump report``)."""
+    old = read_manifest(out)
+    if old is None:
+        return []
+    try:
+        files = {str(entry["file"]) for entry in old.get("tensors", [])}
+        stems = {entry_stem(entry) for entry in old.get("tensors", [])}
+    except (KeyError, TypeError, AttributeError):
+        files, stems = set(), set()
+    if any(name != SAFETENSORS_FILE and name.startswith("tensors-") for name in files):
+        files.add(SAFETENSORS_INDEX)
+    drawn = {p.name for p in out.glob("*.png") if any(is_picture_of(p.name, s) for s in [*stems, ROLLOUT])}
+    names = files | drawn | {REPORT_PAGE}
+    return sorted(n for n in names if (out / n).parent == out and (out / n).is_file())
+
+
+def owned(out: Path) -> list[str]:
+    """The files in ``out`` that are hookdump's to replace: the capture's (``previous_files``), and those
+    an interrupted commit's journal moves or removes (its manifest may already be gone)."""
+    try:
+        journal = json.loads((out / SCRATCH / JOURNAL).read_text())
+        pending = [str(name) for _, name in journal["moves"]] + [str(n) for n in journal["remove"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        pending = []
+    return previous_files(out) + pending
+
+
+def check_free(out: Path, names: list[str]) -> None:
+    """The files the commit writes replace only the old capture's (a file put there during the run, in
+    the way, is refused naming it; every batch stays in the scratch folder)."""
+    ours = set(previous_files(out))
+    for name in names:
+        if (out / name).exists() and name not in ours:
+            raise UsageError(
+                f"`{out / name}` appeared during the capture, in the way of its file of that name (hookdump"
+                " replaces only files of its own captures).",
+                "Move it away and rerun the same command with --resume: every batch is kept.",
+            )
+
+
+def stage(out: Path, moves: dict[str, str], manifest: dict[str, Any]) -> None:
+    """Decide the commit: the staged files (``moves``: scratch name -> name in ``out``) and the manifest
+    are on the disk, then the journal that says what :func:`finish` does."""
+    scratch = out / SCRATCH
+    write_json(scratch / MANIFEST, manifest, durable=True)
+    for name in moves:
+        _sync_file(scratch / name)
+    remove = [n for n in previous_files(out) if n not in moves.values()]
+    sync_folder(scratch)
+    write_json(scratch / JOURNAL, {"moves": sorted(moves.items()), "remove": remove}, durable=True)
+    sync_folder(scratch)
+
+
+def finish(out: Path) -> bool:
+    """Carry out the journal in ``out``'s scratch folder, where there is one (True), then remove the
+    folder. Each step is skipped when already done, so a kill anywhere leaves a state this finishes."""
+    scratch = out / SCRATCH
+    try:
+        journal = json.loads((scratch / JOURNAL).read_text())
+    except (OSError, ValueError):
+        return False
+    if (scratch / MANIFEST).exists():  # not yet in place: the old capture goes, the new one comes
+        (out / MANIFEST).unlink(missing_ok=True)
+        for name in journal["remove"]:
+            inside(out, name, JOURNAL).unlink(missing_ok=True)
+        shutil.rmtree(out / REPORT_FOLDER, ignore_errors=True)
+        for i, (source, name) in enumerate(journal["moves"]):
+            if (scratch / source).exists():
+                os.replace(scratch / source, inside(out, name, JOURNAL))
+            if i == 0:
+                kill_at("commit-moves")
+        sync_folder(out)
+        os.replace(scratch / MANIFEST, out / MANIFEST)
+        sync_folder(out)
+        kill_at("commit-done")
+    shutil.rmtree(scratch, ignore_errors=True)
+    return True
+
+
+def clean_finished(out: Path) -> None:
+    """Remove the scratch folder (and lock file) a run killed just after its final moves left beside its
+    finished capture, unless another run holds the folder."""
+    if committing(out) != "done":
+        return
+    lock = OutputLock(out)
+    try:
+        lock.acquire()
+    except UsageError:
+        return
+    try:
+        finish(out)
+    finally:
+        lock.release()
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[list[int]]:
+    """Ctrl-C and SIGTERM wait until the block is done; the signals that came are listed (in the main
+    thread, where Python runs signal handlers; elsewhere nothing is held)."""
+    came: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield came
+        return
+    held = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    held = {s: h for s, h in held.items() if h is not signal.SIG_IGN and h is not None}
+    for number in held:
+        signal.signal(number, lambda signum, frame: came.append(signum))
+    try:
+        yield came
+    finally:
+        for number, handler in held.items():
+            signal.signal(number, handler)
+
+
+def write_json(path: Path, data: dict[str, Any], durable: bool = False) -> None:
+    """Atomically: a temporary file beside it, then a rename (a reader never sees half a file);
+    ``durable``: on the disk before the rename, so a power cut leaves the old file or the new one whole."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w") as handle:
+        handle.write(json.dumps(data, indent=2) + "\n")
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def sync_folder(folder: Path) -> None:
+    """Make the names in ``folder`` (files made or renamed there) durable."""
+    _sync_file(folder)
+
+
+def _sync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

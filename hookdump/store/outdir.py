@@ -1,0 +1,240 @@
+"""The output folder: what it holds (nothing, a finished capture, an interrupted one), and whether this run
+may write there (``--overwrite``, ``--resume``). An interrupted capture is its scratch folder
+``OUT/.hookdump-partial`` with ``progress.json``, written after every batch that reached the disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ..digest import sha256
+from ..errors import InputError, UsageError
+from .manifest import MANIFEST
+
+SCRATCH = ".hookdump-partial"
+PROGRESS = "progress.json"  # after each batch: counts, streams, recorder state
+RUN = "run.json"  # once: the options and the inputs, for --resume to compare
+CLASSES = "classes.txt"  # with --grad: each batch's classes, a line each
+JOURNAL = "commit.json"  # the final moves, decided (``commit``): what a rerun finishes
+HASHES = "inputs.jsonl"  # each batch's inputs as [path, sha256] pairs, a line each: what --resume re-checks
+REPORT_PAGE, REPORT_FOLDER = "index.html", "report"  # ``hookdump report``: the page and its pictures
+
+
+def read_manifest(out: Path) -> dict[str, Any] | None:
+    """The folder's manifest, or None (absent or unreadable)."""
+    try:
+        data = json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def foreign_manifest(out: Path) -> str | None:
+    """Why ``OUT/manifest.json`` is not a hookdump manifest (someone else's, or damaged), or None when it
+    is one or there is none: hookdump never replaces such a file."""
+    if not (out / MANIFEST).is_file():
+        return None
+    data = read_manifest(out)
+    if data is None:
+        return "it is not a JSON object"
+    if not {"hookdump_version", "schema_version"} <= set(data):
+        return "it has no hookdump_version and schema_version"
+    return None
+
+
+def in_the_way(out: Path, layers: list[str], formats: tuple[str, ...], ours: list[str]) -> None:
+    """Refuse, before any work, a file in ``out`` that this capture would write (a layer's file, the
+    safetensors files) and that ``ours`` (what the folder's hookdump manifest lists) does not name: it is
+    not hookdump's to replace. Other files (photos, notes) are no business of the capture."""
+    suffix = r"(@\d+)?(\.in\d+|\.attn|\.out\d+)?(\.grad)?"
+    named = "|".join(re.escape(layer) + suffix for layer in layers)
+    pattern = [rf"(?:{named})\.(?:{'|'.join(f for f in formats if f != 'safetensors')})"] if named else []
+    if "safetensors" in formats:
+        pattern.append(r"tensors(-\d+-of-\d+)?\.safetensors|tensors\.safetensors\.index\.json")
+    mine = set(ours)
+    try:
+        names = sorted(os.listdir(out)) if pattern else []
+    except OSError:  # not there yet, or not a folder (refused by check)
+        return
+    for name in names:
+        if name not in mine and re.fullmatch("|".join(pattern), name):
+            raise UsageError(
+                f"`{out / name}` is in the way: this capture would write a file of that name, and no hookdump"
+                " manifest there lists it (hookdump replaces only files of its own captures).",
+                "Move it away, or choose another --out.",
+            )
+
+
+def committing(out: Path) -> str | None:
+    """``pending``: a capture was stopped in its final moves (``commit.finish`` completes them); ``done``:
+    after them, its manifest in place, only its scratch folder left; None: neither."""
+    if not (out / SCRATCH / JOURNAL).is_file():
+        return None
+    return "pending" if (out / SCRATCH / MANIFEST).is_file() else "done"
+
+
+def read_progress(out: Path) -> dict[str, Any] | None:
+    """How far an interrupted capture got (with its options and inputs), or None when there is none (a
+    scratch folder left after the final moves holds none)."""
+    state = committing(out)
+    try:
+        progress = json.loads((out / SCRATCH / PROGRESS).read_text())
+        run = json.loads((out / SCRATCH / RUN).read_text())
+    except (OSError, ValueError):
+        return None
+    if state == "done" or not isinstance(progress, dict) or not isinstance(run, dict):
+        return None
+    return {**run, **progress, "committing": state == "pending"}
+
+
+def check(out: Path, overwrite: bool, resume: bool) -> None:
+    """Refuse, before any work, a folder this run may not write: a file, an unwritable place, a finished
+    capture (without ``--overwrite``), an interrupted one (without ``--resume`` or ``--overwrite``)."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out `{out}` is a file, not a folder.", "Choose another --out.")
+    for i, part in enumerate(out.parts):  # `new/..`: making the folder would make `new` too, inside it
+        if part == ".." and not Path(*out.parts[:i]).exists():
+            raise UsageError(
+                f"--out `{out}` steps back (`..`) out of `{Path(*out.parts[:i])}`, which does not exist.",
+                f"Give the folder without the detour: --out {os.path.normpath(out)}",
+            )
+    parent = next(p for p in [out, *out.absolute().parents] if p.exists())
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise UsageError(
+            f"--out `{out}` cannot be created: `{parent}` is not a writable folder.", "Choose another --out."
+        )
+    if os.statvfs(parent).f_blocks == 0:  # /proc, /sys and their kind: no disk behind them
+        raise UsageError(
+            f"--out `{out}` cannot be written: `{parent}` is on a virtual file system (like /proc or /sys),"
+            " which holds no files.",
+            "Choose an --out on a disk (e.g. ./acts).",
+        )
+    if overwrite and resume:
+        raise UsageError("--overwrite starts again, --resume continues: not both.", "Keep one of them.")
+    foreign = foreign_manifest(out)
+    if foreign is not None:
+        raise UsageError(
+            f"`{out / MANIFEST}` is not a hookdump manifest ({foreign}): a capture there would replace it.",
+            "Move it away (it is not hookdump's to remove), or choose another --out.",
+        )
+    manifest, progress = read_manifest(out), read_progress(out)
+    finished = manifest is not None and manifest.get("complete", True) is not False
+    if resume and progress is None:
+        why = (
+            "its capture is finished"
+            if finished
+            else f"it holds no interrupted capture ({SCRATCH}/{PROGRESS})"
+        )
+        raise UsageError(
+            f"Nothing to resume in `{out}`: {why}.", "Drop --resume (and pass --overwrite to redo it)."
+        )
+    if progress is not None and not (resume or overwrite):
+        raise UsageError(
+            f"`{out}` holds an interrupted capture ({progress_text(progress)}).",
+            "Rerun the same command with --resume to continue it, or with --overwrite to start again.",
+        )
+    if finished and not (overwrite or resume):
+        raise UsageError(
+            f"`{out}` already holds a capture ({MANIFEST}).",
+            "Pass --overwrite to replace it, or choose another --out.",
+        )
+
+
+def progress_text(progress: dict[str, Any]) -> str:
+    """``64 of 256 images done``."""
+    done = f"{progress.get('images', 0)} of {progress.get('total', '?')} images done"
+    return f"{done}, stopped while moving its files into place" if progress.get("committing") else done
+
+
+def check_same_run(progress: dict[str, Any], options: dict[str, Any], inputs: list[str]) -> None:
+    """``--resume`` continues the same run: same options (the output folder and the number of decoding
+    workers aside: neither changes a byte), same inputs."""
+    free = ("out", "workers")
+    before = {k: v for k, v in progress.get("options", {}).items() if k not in free}
+    now = {k: v for k, v in options.items() if k not in free}
+    changed = [k for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
+    if changed:
+        diff = "; ".join(f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in changed)
+        raise UsageError(
+            f"--resume continues a capture made with other options ({diff}).",
+            "Resume with the options it was started with (its manifest or progress.json lists them), or"
+            " pass --overwrite to start again with these.",
+        )
+    old = progress.get("inputs", [])
+    if old != inputs:
+        first = next((i for i, (a, b) in enumerate(zip(old, inputs, strict=False)) if a != b), None)
+        where = (
+            f"row {first}: `{old[first]}` then, `{inputs[first]}` now"
+            if first is not None
+            else f"{len(old)} inputs then, {len(inputs)} now"
+        )
+        raise UsageError(
+            f"--resume continues a capture of other inputs ({where}).",
+            "Resume with the same inputs, or pass --overwrite to start again.",
+        )
+
+
+def read_hashes(out: Path, batches: int) -> list[list[Any]]:
+    """The inputs of the first ``batches`` batches, each a list of ``[path, sha256]`` as they were read."""
+    try:
+        lines = (out / SCRATCH / HASHES).read_text().splitlines()[:batches]
+        rows = [json.loads(line) for line in lines]
+    except (OSError, ValueError):  # a capture of hookdump 0.1, or none: nothing recorded to compare
+        return []
+    return [[str(p), str(h)] for batch in rows if isinstance(batch, list) for p, h in batch]
+
+
+def check_inputs_unchanged(out: Path, progress: dict[str, Any]) -> None:
+    """``--resume``: each input whose rows are already on disk still holds what was read then (its sha256),
+    so the finished files are all of today's inputs. Only those inputs are hashed again."""
+    for path, digest in read_hashes(out, int(progress.get("batches", 0))):
+        try:
+            now = sha256(Path(path))
+        except OSError as exc:
+            now = f"unreadable ({exc.strerror or exc})"
+        if now != digest:
+            what = f"sha256 {digest[:12]}... then, {now[:12]}... now" if len(now) == 64 else now
+            raise InputError(
+                f"Input `{path}` changed since the interrupted capture in `{out}` read it ({what}): the"
+                " rows already captured from it would not match it.",
+                "Put the original file back and rerun with --resume, or rerun with --overwrite to capture"
+                " every input again.",
+            )
+
+
+#: The longest layer name a file may carry: file systems allow 255 bytes, and hookdump adds suffixes
+#: (``@12``, ``.out3``, ``.grad``, ``.png``...) to it.
+MAX_NAME_BYTES = 200
+
+
+def check_file_names(layers: list[str], formats: tuple[str, ...]) -> None:
+    """Refuse, before any work, a layer whose name cannot be a file name in ``--out``: ``.npy`` and ``.pt``
+    files are named after the layer, so a plugin's module name with a `/` (or NUL), one too long, or two
+    equal but for case (one file on macOS and Windows) would write elsewhere, fail, or collide."""
+    files = [f for f in formats if f != "safetensors"]
+    if not files:
+        return
+    fix = "Use --format safetensors (its keys may be any string), or rename the module in the model's code."
+    folded: dict[str, str] = {}
+    for name in layers:
+        if "/" in name or "\0" in name:
+            what = "a `/`" if "/" in name else "a NUL character"
+            raise InputError(
+                f"Layer `{name}` has {what} in its name, so it cannot name a .{files[0]} file.", fix
+            )
+        if len(name.encode()) > MAX_NAME_BYTES:
+            raise InputError(
+                f"Layer `{name[:40]}...` has a name of {len(name.encode())} bytes, too long for a .{files[0]}"
+                f" file name (at most {MAX_NAME_BYTES}).",
+                fix,
+            )
+        other = folded.setdefault(name.casefold(), name)
+        if other != name:
+            raise InputError(
+                f"Layers `{other}` and `{name}` differ only in case: their .{files[0]} files would be one"
+                " file on a case-insensitive file system (macOS, Windows).",
+                "Use --format safetensors (its keys keep case), or capture them in separate runs.",
+            )

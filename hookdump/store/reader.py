@@ -1,0 +1,220 @@
+"""A capture folder read back as a mapping of tensor name to a memory-mapped array: ``hookdump.open(OUT)``.
+
+The same whether the run wrote ``.npy`` files, one ``tensors.safetensors`` or safetensors shards; nothing is
+loaded whole. No torch import unless a tensor needs it (bfloat16, or a ``.pt``-only capture).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import numpy as np
+
+from ..errors import InputError, did_you_mean
+from .manifest import MANIFEST, entry_stem, inside
+
+if TYPE_CHECKING:
+    import torch
+
+Array: TypeAlias = "np.ndarray[Any, Any] | torch.Tensor"  # a torch.Tensor only for bfloat16 (and .pt)
+
+_PREFERENCE = {"npy": 0, "safetensors": 1, "pt": 2}  # the first memory-mappable format wins
+_SAFETENSORS_DTYPES = {  # safetensors' name -> the manifest's (torch's) name
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+    "I32": "int32", "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32", "U16": "uint16",
+    "U8": "uint8", "BOOL": "bool",
+}  # fmt: skip
+_read_2_0 = np.lib.format.read_array_header_2_0
+_REDO = "Capture it again (hookdump capture ... --overwrite), or restore the file."
+
+
+class Capture(Mapping[str, Array]):
+    """A finished capture: ``capture["layer1"]`` is a read-only ``np.memmap`` of ``OUT/layer1.npy`` (or of
+    that key's bytes in a safetensors file or shard), batch first.
+
+    Keys are the tensor names (file stems: ``layer1``, ``blocks.0.attn@1``, ``head.fc.in0``) in manifest
+    order; ``.manifest`` is manifest.json, ``.inputs`` its images, ``.entries[key]`` the manifest entry read.
+    bfloat16 tensors (numpy has none) come back as ``torch.bfloat16`` tensors over a copy-on-write map of
+    the file (writes stay in memory); a tensor saved only as ``.pt`` comes from ``torch.load(mmap=True)``.
+    """
+
+    def __init__(self, out: str | os.PathLike[str]) -> None:
+        self.path = Path(out)
+        self.manifest = _read_manifest(self.path)
+        self.inputs: list[dict[str, Any]] = list(self.manifest.get("inputs") or [])
+        listed = [e for e in self.manifest.get("tensors") or [] if isinstance(e, dict)]
+        for entry in listed:
+            file = inside(self.path, entry.get("file"))
+            if not file.is_file():
+                raise InputError(f"`{file}` is listed in {MANIFEST} but missing.", _REDO)
+        chosen: dict[str, dict[str, Any]] = {}
+        for entry in listed:
+            if entry.get("format") not in _PREFERENCE:
+                continue
+            key = entry_stem(entry)
+            if key not in chosen or _PREFERENCE[entry["format"]] < _PREFERENCE[chosen[key]["format"]]:
+                chosen[key] = entry  # insertion order = first appearance: manifest order
+        self.entries: dict[str, dict[str, Any]] = chosen
+        self._headers: dict[str, tuple[int, dict[str, Any]]] = {}  # safetensors file -> (data start, header)
+        for key, entry in chosen.items():
+            self._check(key, entry)
+
+    def __getitem__(self, key: str) -> Array:
+        """The tensor ``key``, memory-mapped (a KeyError names the closest keys)."""
+        entry = self.entries.get(key)
+        if entry is None:
+            raise KeyError(f"{key!r} is not in {self.path}. {did_you_mean(key, list(self.entries))}".strip())
+        file = self.path / entry["file"]
+        shape = tuple(entry["shape"])
+        if entry["format"] == "npy":
+            array: np.ndarray[Any, Any] = np.load(file, mmap_mode="r", allow_pickle=False)
+            return array
+        if entry["format"] == "pt":
+            return _load_pt(file, shape)
+        start, header = self._headers[entry["file"]]
+        info = header[key]
+        bfloat16 = info["dtype"] == "BF16"
+        dtype = _numpy_dtype(info["dtype"])
+        offset = start + info["data_offsets"][0]
+        if math.prod(shape) == 0:
+            array = np.empty(shape, dtype)
+            array.flags.writeable = bfloat16  # torch warns on a read-only array
+        else:
+            array = np.memmap(file, dtype, mode="c" if bfloat16 else "r", offset=offset, shape=shape)
+        if not bfloat16:
+            return array
+        import torch
+
+        return torch.from_numpy(array).view(torch.bfloat16)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __repr__(self) -> str:
+        return f"Capture({str(self.path)!r}, {len(self)} tensors)"
+
+    def _check(self, key: str, entry: dict[str, Any]) -> None:
+        """The file holds what the manifest says, with the bytes for it: else an InputError naming it."""
+        file = self.path / entry["file"]
+        shape = [int(n) for n in entry.get("shape", [])]
+        if entry["format"] == "npy":
+            try:
+                with file.open("rb") as handle:
+                    version = np.lib.format.read_magic(handle)
+                    if version not in ((1, 0), (2, 0)):
+                        raise ValueError(f"format version {version} (1.0 and 2.0 are read)")
+                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else _read_2_0
+                    got, fortran, dtype = read(handle)
+                    offset = handle.tell()
+            except (OSError, ValueError, EOFError) as exc:
+                raise InputError(f"`{file}` is not a .npy file numpy can read: {exc}", _REDO) from exc
+            size = offset + math.prod(got) * dtype.itemsize
+            bad = dtype.name != entry.get("dtype", dtype.name) or (fortran and len(got) > 1)
+            if list(got) != shape or bad or file.stat().st_size != size:
+                raise InputError(
+                    f"`{file}` does not hold the {shape} {entry.get('dtype')} tensor {MANIFEST} lists: its"
+                    f" header says {list(got)} {dtype}, in {size} bytes; the file has {file.stat().st_size}.",
+                    _REDO,
+                )
+        elif entry["format"] == "safetensors":
+            header = self._header(entry["file"])[1]
+            info = header.get(key)
+            if not isinstance(info, dict) or info.get("dtype") not in _SAFETENSORS_DTYPES:
+                raise InputError(f"`{file}` holds no tensor `{key}` that {MANIFEST} lists.", _REDO)
+            begin, end = info["data_offsets"]
+            itemsize = _numpy_dtype(info["dtype"]).itemsize
+            bad = _SAFETENSORS_DTYPES[info["dtype"]] != entry.get("dtype", _SAFETENSORS_DTYPES[info["dtype"]])
+            if bad or list(info["shape"]) != shape or end - begin != math.prod(shape) * itemsize:
+                raise InputError(
+                    f"`{file}` holds `{key}` as {info['shape']} {info['dtype']} ({end - begin} bytes), not"
+                    f" the {shape} {entry.get('dtype')} tensor {MANIFEST} lists.",
+                    _REDO,
+                )
+
+    def _header(self, name: str) -> tuple[int, dict[str, Any]]:
+        """A safetensors file's JSON header (parsed once) and where its data starts; checks the file size."""
+        if name not in self._headers:
+            file = self.path / name
+            start, header = safetensors_header(file, _REDO)
+            try:
+                end = max((v["data_offsets"][1] for v in header.values()), default=0)
+            except (KeyError, TypeError, IndexError) as exc:
+                raise InputError(f"`{file}` is not a safetensors file: {exc}", _REDO) from exc
+            if file.stat().st_size != start + end:
+                raise InputError(
+                    f"`{file}` has {file.stat().st_size} bytes; its header says"
+                    f" {start + end}: it was cut short or changed.",
+                    _REDO,
+                )
+            self._headers[name] = (start, header)
+        return self._headers[name]
+
+
+def safetensors_header(file: Path, fix: str) -> tuple[int, dict[str, Any]]:
+    """A safetensors file's JSON header, tensors only (``__metadata__`` left out), and where its data
+    starts; an InputError with ``fix`` when it is not one. Reads the header only, never the data."""
+    try:
+        with file.open("rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            if length > 100 << 20:
+                raise ValueError(f"a header of {length} bytes")
+            header = json.loads(handle.read(length))
+        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+    except (OSError, ValueError, struct.error, TypeError, AttributeError) as exc:
+        raise InputError(f"`{file}` is not a safetensors file: {exc}", fix) from exc
+    return 8 + length, tensors
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    """manifest.json of a finished capture, else an InputError with the fix."""
+    if not (path / MANIFEST).is_file():
+        raise InputError(
+            f"`{path}` holds no {MANIFEST}: it is not a finished hookdump capture.",
+            "Pass the --out folder of a `hookdump capture` run.",
+        )
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"`{path / MANIFEST}` is not readable JSON: {exc}", _REDO) from exc
+    if isinstance(manifest, dict) and manifest.get("complete", True) is not True:
+        raise InputError(
+            f"`{path}` holds an incomplete capture ({MANIFEST} says complete: false).",
+            "Finish it: run the same `hookdump capture` command again with --resume.",
+        )
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("tensors"), list):
+        raise InputError(f"`{path / MANIFEST}` is not a hookdump manifest (no `tensors` list).", _REDO)
+    return manifest
+
+
+def _numpy_dtype(name: str) -> np.dtype[Any]:
+    """safetensors' dtype name -> the little-endian numpy dtype of its bytes (bfloat16 bits: int16)."""
+    return np.dtype("<i2" if name == "BF16" else np.dtype(_SAFETENSORS_DTYPES[name]).newbyteorder("<"))
+
+
+def _load_pt(file: Path, shape: tuple[int, ...]) -> Array:
+    """A ``.pt`` tensor memory-mapped by torch; a numpy view unless it is bfloat16."""
+    import torch
+
+    # for speed: checkpoints imports torch; reading .npy and safetensors needs none
+    from ..model.checkpoints import tensor_refusal
+
+    try:
+        tensor = torch.load(file, mmap=True, weights_only=True, map_location="cpu")
+    except Exception as exc:  # unpickling raises many kinds
+        raise tensor_refusal(file, exc, _REDO) from exc
+    if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != shape:
+        raise InputError(f"`{file}` does not hold the {list(shape)} tensor {MANIFEST} lists.", _REDO)
+    if tensor.dtype == torch.bfloat16:
+        return tensor
+    array = tensor.numpy()
+    array.flags.writeable = False
+    return array

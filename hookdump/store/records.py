@@ -1,0 +1,43 @@
+"""The record of one captured tensor, shared by the hooks that take it and the sinks that write it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+Key = tuple[str, str, "str | None", int]  # layer, kind ("output" / "input"), index, call
+
+
+@dataclass
+class Captured:
+    """One captured tensor (its batches are streamed to disk by ``sinks.Writer``)."""
+
+    layer: str
+    kind: str  # "output", "input", "grad" (of an output) or "attn" (attention weights, --attention)
+    index: str | None
+    call: int
+    calls_per_forward: int
+    modified_in_place: bool = False
+    layout: str | None = None  # the axes as saved: NCHW, NHWC, NLC, NC, ... (``layouts.layout``)
+    windows: dict[str, Any] | None = None  # layout windows: rows per image, geometry (``layouts.saved``)
+
+    @property
+    def key(self) -> Key:
+        return (self.layer, self.kind, self.index, self.call)
+
+    @property
+    def stem(self) -> str:
+        """The file name without extension, as DESIGN.md's table gives it."""
+        name = self.layer if self.calls_per_forward == 1 else f"{self.layer}@{self.call}"
+        if self.kind == "input":
+            return f"{name}.in{self.index}"
+        if self.kind == "attn":
+            return f"{name}.attn"
+        name = name if self.index is None else f"{name}.out{self.index}"
+        return f"{name}.grad" if self.kind == "grad" else name
+
+
+def key_from_json(items: list[Any]) -> Key:
+    """A key read back from JSON (``progress.json``), where tuples became lists."""
+    layer, kind, index, call = items
+    return (layer, kind, index, int(call))

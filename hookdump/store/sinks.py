@@ -1,0 +1,358 @@
+"""Captured tensors to ``.npy`` / ``.pt`` / ``.safetensors`` files and ``manifest.json``, all or nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..digest import sha256
+from ..errors import Interrupted, UsageError, check_choice
+from ..failures import DISK_FULL, disk_full
+from . import commit, outdir
+from .formats import SAFETENSORS_INDEX, write_pt, write_safetensors
+from .lock import OutputLock
+from .manifest import MANIFEST
+from .outdir import CLASSES, HASHES, PROGRESS, RUN, SCRATCH
+from .records import Captured, Key, key_from_json
+from .stats import Accumulator, nonfinite_notes
+from .stream import HEADER_BYTES, NpyStream, check_holds
+
+FORMATS = ("npy", "pt", "safetensors")
+SAVE_DTYPES = ("float32", "float16", "bfloat16", "keep")
+
+
+@dataclass
+class SavedTensor:
+    """One file written for one captured tensor (a manifest ``tensors`` entry)."""
+
+    layer: str
+    kind: str
+    index: str | None
+    call: int
+    file: str
+    format: str
+    shape: list[int]
+    dtype: str
+    source_dtype: str
+    modified_in_place_after_hook: bool = False
+    key: str | None = None
+    stats: dict[str, Any] | None = None  # min, max, mean, std, zeros, nan, inf of the saved values
+    layout: str | None = None  # the axes: NCHW, NHWC, NLC, NC, attn, windows (``layouts.layout``)
+    windows: dict[str, Any] | None = None  # windowed tensors: rows per image, geometry (``layouts.saved``)
+
+    def as_dict(self) -> dict[str, Any]:
+        entry = dict(vars(self))
+        for name in ("key", "stats", "layout", "windows"):
+            if entry[name] is None:
+                del entry[name]
+        return entry
+
+
+def parse_formats(text: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """``npy,pt`` -> ``("npy", "pt")``, refusing unknown ones."""
+    items = text.split(",") if isinstance(text, str) else [f for t in text for f in t.split(",")]
+    formats = tuple(dict.fromkeys(f.strip().lower().lstrip(".") for f in items if f.strip()))
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise UsageError(
+            f"Unknown --format `{','.join(unknown) or text}`.", f"Choose from {', '.join(FORMATS)}."
+        )
+    return formats
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def check_save_dtype(save_dtype: str, formats: tuple[str, ...], dtypes: set[torch.dtype]) -> None:
+    """``keep`` writes tensors as the model made them, ``float16`` / ``bfloat16`` halve the files; numpy
+    cannot hold bfloat16."""
+    check_choice("--save-dtype", save_dtype, SAVE_DTYPES)
+    if "npy" in formats and (save_dtype == "bfloat16" or (save_dtype == "keep" and torch.bfloat16 in dtypes)):
+        what = "--save-dtype bfloat16" if save_dtype == "bfloat16" else "--save-dtype keep"
+        raise UsageError(
+            f"{what} cannot write bfloat16 tensors to .npy: numpy has no bfloat16.",
+            "Use --format pt or --format safetensors (both keep bfloat16), or --save-dtype float16"
+            " (or float32).",
+        )
+
+
+def _for_saving(tensor: torch.Tensor, save_dtype: str) -> torch.Tensor:
+    """Float tensors are saved as ``save_dtype`` unless ``keep``; the manifest records the original dtype."""
+    if save_dtype == "keep" or not tensor.is_floating_point():
+        return tensor
+    return tensor.to(getattr(torch, save_dtype))
+
+
+class Writer:
+    """Streams each batch's tensors into ``OUT/.hookdump-partial``; ``commit`` moves the files in place and
+    writes the manifest last. ``checkpoint`` records after each batch how far the run got, so that an
+    interrupted run (``suspend``: Ctrl-C, SIGTERM; or SIGKILL, which leaves the last checkpoint) can be
+    continued with ``resume``. Leaving the ``with`` block on an error removes the scratch folder (and ``out``
+    when this writer created it): no half-written output; a resumed run keeps it, at its last checkpoint.
+    """
+
+    def __init__(
+        self,
+        out: Path,
+        formats: tuple[str, ...],
+        save_dtype: str = "float32",
+        overwrite: bool = False,
+        resume: bool = False,
+        shard_bytes: int | None = None,
+        needed: int | None = None,
+    ) -> None:
+        self.out = out
+        self.needed = needed  # bytes the capture writes in all (``budget.total``), for a full disk's message
+        self.formats = formats
+        # Streams that only become .npy files are not read back by this run: they bypass the page cache.
+        self.direct = not {"pt", "safetensors"} & set(formats)
+        self.save_dtype = save_dtype
+        self.overwrite = overwrite
+        self.resume = resume
+        self.shard_bytes = shard_bytes
+        self.scratch = out / SCRATCH
+        self.streams: dict[Key, NpyStream] = {}
+        self.source_dtypes: dict[Key, torch.dtype] = {}
+        self.stats: dict[Key, Accumulator | None] = {}  # None: resumed from a run that kept none
+        self.notes: list[str] = []
+        self.resumed: dict[str, Any] | None = None  # the progress continued from, with --resume
+        self.images_done = 0  # images the last checkpoint covers (what an interrupted run keeps)
+        self.committed = False  # the files and the manifest are in place
+        self._keep_scratch = False
+        self._synced = 0  # streams whose file names were made durable
+        self.hashes: dict[str, str] = {}  # each input's sha256 when its batch was written
+
+    def __enter__(self) -> Writer:
+        """Create ``out``, lock it (one capture at a time), then continue or clear its scratch folder."""
+        self._created = not self.out.exists()
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.lock = OutputLock(self.out)
+        try:
+            self.lock.acquire()
+            state = outdir.committing(self.out)
+            if state is not None:  # a run killed in its final moves (or just after): finished first
+                commit.finish(self.out)
+                if state == "pending":
+                    self.notes.append(f"finished moving the files of the capture interrupted in {self.out}")
+                if state == "pending" and self.resume:
+                    self.committed = True  # nothing left to do: the caller reads the manifest
+                    return self
+            outdir.check(self.out, self.overwrite, self.resume)  # again, now that no other run writes here
+            if self.resume:
+                self._reopen()
+            else:
+                self._clear_scratch()
+                self.scratch.mkdir()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _clear_scratch(self) -> None:
+        """Without --resume, what an earlier run left in the scratch folder goes (it was refused above unless
+        --overwrite was given, or it holds no batch at all)."""
+        old = [self.scratch, *self.out.glob(f"{SCRATCH}-*")]  # the second: scratch of hookdump 0.1
+        gone = [p for p in old if p.is_dir()]
+        for folder in gone:
+            shutil.rmtree(folder)
+        if gone:
+            self.notes.append(
+                f"removed {len(gone)} scratch folder(s) left in {self.out} by an interrupted capture"
+            )
+
+    def _reopen(self) -> None:
+        self._keep_scratch = True  # the interrupted run's: kept, whatever fails here
+        self.resumed = outdir.read_progress(self.out)
+        assert self.resumed is not None, "outdir.check makes sure"
+        self.images_done = int(self.resumed.get("images", 0))
+        for state in self.resumed["streams"]:  # all checked before any is touched
+            check_holds(self.scratch, key_from_json(state["key"])[0], state)
+        batches = self.resumed["batches"]  # a batch written but not checkpointed is done again: its lines go
+        kept = _keep_lines(self.scratch / CLASSES, batches)
+        self.resumed["classes"] = [int(c) for line in kept for c in line.split()]
+        _keep_lines(self.scratch / HASHES, batches)
+        self.hashes = {path: digest for path, digest in outdir.read_hashes(self.out, batches)}
+        for state in self.resumed["streams"]:
+            key = key_from_json(state["key"])
+            self.streams[key] = NpyStream.reopen(self.scratch, key[0], state, self.direct)
+            self.source_dtypes[key] = getattr(torch, state["source_dtype"])
+            kept = state.get("stats")
+            self.stats[key] = Accumulator.from_state(kept) if isinstance(kept, dict) else None
+
+    def __exit__(self, *exc: object) -> None:
+        for stream in self.streams.values():
+            with contextlib.suppress(OSError):  # a full disk must not keep the scratch folder from going
+                stream.close()
+        if not self._keep_scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+        self.lock.release()
+        if self._created and self.out.is_dir() and not any(self.out.iterdir()):
+            self.out.rmdir()
+        error = exc[1] if len(exc) > 1 else None
+        if isinstance(error, OSError) and error.errno in DISK_FULL:
+            kept = (
+                "Rerun with --resume once there is room." if self._keep_scratch else "Nothing of it was kept."
+            )
+            raise disk_full(f"the capture into `{self.out}`", kept, self._on_disk()) from error
+
+    def _on_disk(self) -> int | None:
+        """About what the capture takes on disk: its tensors' bytes, and each file's header and last block."""
+        if self.needed is None:
+            return None
+        try:
+            block = os.statvfs(self.out).f_frsize
+        except OSError:
+            block = 4096
+        return self.needed + max(len(self.streams), 1) * len(self.formats) * (HEADER_BYTES + block)
+
+    def start(self, run: dict[str, Any]) -> None:
+        """What stays the same for the whole run (options, the inputs), written once, for --resume."""
+        if self.resumed is None:
+            commit.write_json(self.scratch / RUN, run)
+
+    def checkpoint(self, progress: dict[str, Any], classes: list[int], inputs: list[Path]) -> None:
+        """After a batch reached the files: record it (``progress``: counts, recorder state; the sha256 of
+        the batch's ``inputs``, and its classes with --grad, are appended to files of their own, so no
+        checkpoint grows with the dataset)."""
+        pairs = [(str(p), sha256(p)) for p in inputs]
+        self.hashes.update(pairs)
+        _append_line(self.scratch / HASHES, json.dumps(pairs))
+        if classes:
+            _append_line(self.scratch / CLASSES, " ".join(map(str, classes)))
+        streams = []
+        for key, stream in self.streams.items():
+            stream.sync()  # what the checkpoint counts is on the disk before the checkpoint is
+            acc = self.stats[key]
+            streams.append(
+                {
+                    "key": list(key), **stream.state(), "source_dtype": _dtype_name(self.source_dtypes[key]),
+                    "stats": None if acc is None else acc.state(),
+                }
+            )  # fmt: skip
+        if len(self.streams) > self._synced:  # new files: their names reach the disk too
+            commit.sync_folder(self.scratch)
+            self._synced = len(self.streams)
+        commit.write_json(self.scratch / PROGRESS, {**progress, "streams": streams}, durable=True)
+        self.images_done = int(progress.get("images", 0))
+        commit.kill_at(f"checkpoint-{progress.get('batches')}")
+
+    @property
+    def kept(self) -> bool:
+        """Whether the scratch folder stays when this writer closes (for --resume)."""
+        return self._keep_scratch
+
+    def bytes_written(self) -> int:
+        """What the streams hold so far."""
+        return sum(s.path.stat().st_size for s in self.streams.values() if s.path.exists())
+
+    def suspend(self, manifest: dict[str, Any]) -> None:
+        """Interrupted: keep the scratch folder for --resume, and say so in ``manifest.json`` unless the
+        folder holds a finished capture (which an interrupted --overwrite must not damage)."""
+        self._keep_scratch = (self.scratch / PROGRESS).exists()
+        if self._keep_scratch and outdir.read_manifest(self.out) is None:
+            commit.write_json(self.out / MANIFEST, manifest)
+
+    def append(self, batch: dict[Key, torch.Tensor]) -> None:
+        """Add one forward pass's tensors, each to its own stream, and to its stats (of the saved values)."""
+        for key, tensor in batch.items():
+            if key not in self.streams:  # a stream keeps its first dtype: one check is enough
+                check_save_dtype(self.save_dtype, self.formats, {tensor.dtype})
+                self.streams[key] = NpyStream(
+                    self.scratch / f"stream-{len(self.streams)}.npy", key[0], self.direct
+                )
+                self.source_dtypes[key] = tensor.dtype
+                self.stats[key] = Accumulator()
+            saved = _for_saving(tensor, self.save_dtype)
+            self.streams[key].append(saved)
+            acc = self.stats[key]
+            if acc is not None:
+                acc.update(saved)
+
+    def nonfinite_notes(self, entries: list[Captured]) -> list[str]:
+        """A note for each tensor that holds NaN or Inf, naming it."""
+        return nonfinite_notes((item.stem, item.kind, self.stats.get(item.key)) for item in entries)
+
+    def _stats(self, key: Key) -> dict[str, Any] | None:
+        acc = self.stats.get(key)
+        return None if acc is None else acc.result()
+
+    def commit(self, entries: list[Captured], header: dict[str, Any]) -> list[SavedTensor]:
+        """Name the files, write the other formats from the streams (never holding a whole tensor), move
+        everything into ``out``, manifest last."""
+        scratch = self.scratch
+        streams = [self.streams[item.key] for item in entries]
+        for stream in streams:
+            stream.close()
+        files: dict[tuple[str, str], str] = {}  # (stem, format) -> file name
+        for item, stream in zip(entries, streams, strict=True):
+            if "pt" in self.formats:
+                write_pt(stream.path, scratch / f"{item.stem}.pt", bfloat16=stream.dtype == torch.bfloat16)
+            files.update(
+                {(item.stem, fmt): f"{item.stem}.{fmt}" for fmt in self.formats if fmt != "safetensors"}
+            )
+        if "safetensors" in self.formats:
+            items = [
+                (i.stem, s.path, s.dtype == torch.bfloat16) for i, s in zip(entries, streams, strict=True)
+            ]
+            for key, name in write_safetensors(items, scratch, max_shard_bytes=self.shard_bytes):
+                files[(key, "safetensors")] = name
+        saved = [
+            SavedTensor(
+                layer=item.layer,
+                kind=item.kind,
+                index=item.index,
+                call=item.call,
+                file=files[(item.stem, fmt)],
+                format=fmt,
+                shape=stream.shape,
+                dtype=_dtype_name(stream.dtype or torch.float32),
+                source_dtype=_dtype_name(self.source_dtypes[item.key]),
+                modified_in_place_after_hook=item.modified_in_place,
+                key=item.stem if fmt == "safetensors" else None,
+                stats=self._stats(item.key),
+                layout=item.layout,
+                windows=item.windows,
+            )
+            for item, stream in zip(entries, streams, strict=True)
+            for fmt in self.formats
+        ]
+        moves = {name: name for (_, fmt), name in files.items() if fmt != "npy"}  # scratch name -> in out
+        if "npy" in self.formats:
+            moves |= {s.path.name: f"{i.stem}.npy" for i, s in zip(entries, streams, strict=True)}
+        if (scratch / SAFETENSORS_INDEX).is_file():
+            moves[SAFETENSORS_INDEX] = SAFETENSORS_INDEX
+        self._keep_scratch = True  # from here on, every batch is kept whatever happens
+        commit.check_free(self.out, list(moves.values()))
+        with commit.signals_held() as came:  # a kill from here on leaves a state a rerun finishes
+            commit.stage(self.out, moves, {**header, "tensors": [s.as_dict() for s in saved]})
+            commit.kill_at("commit-staged")
+            commit.finish(self.out)
+            self._keep_scratch, self.committed = False, True
+        if came:
+            raise Interrupted(128 + came[0], f"the capture had finished: `{self.out}` holds it, complete.")
+        return saved
+
+
+def _append_line(path: Path, line: str) -> None:
+    """Append ``line`` to ``path``, durably (before the checkpoint that counts it)."""
+    with path.open("a") as handle:
+        handle.write(line + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _keep_lines(path: Path, count: int) -> list[str]:
+    """Cut ``path`` to its first ``count`` lines (a file of one line per batch), returned; [] if absent."""
+    if not path.exists():
+        return []
+    kept = path.read_text().splitlines()[:count]
+    path.write_text("".join(f"{line}\n" for line in kept))
+    return kept

@@ -1,0 +1,202 @@
+"""The house keeps its shape: wings import only the wings below them, no module imports itself round a
+cycle, and an import inside a function is there for speed and says so. Read from the package's source with
+``ast`` (every import counts: at module level, inside functions, under ``TYPE_CHECKING``).
+
+The wings, bottom to top (docs/architecture.md): the ground (``errors``, ``units``, ``failures``,
+``digest``, ``version``), then ``model``, ``inputs``, ``store``, ``capture``; ``pictures`` and ``report``
+read the store; ``api`` (with the package's ``__init__``) over them all, ``cli`` at the top.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "hookdump"
+GROUND = {"errors", "units", "failures", "digest", "version"}
+MAY_IMPORT: dict[str, set[str]] = {
+    "ground": set(),
+    "model": {"ground"},
+    "inputs": {"ground", "model"},
+    "store": {"ground", "model", "inputs"},
+    "capture": {"ground", "model", "inputs", "store"},
+    "pictures": {"ground", "inputs", "store"},
+    "report": {"ground", "inputs", "store", "pictures"},
+    "api": {"ground", "model", "inputs", "store", "capture", "pictures", "report"},
+    "cli": {"ground", "model", "inputs", "store", "capture", "pictures", "report", "api"},
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    """One intra-package import: from module ``source`` (its file, its line) of ``names`` in ``target``."""
+
+    source: str
+    target: str
+    names: tuple[str, ...]
+    file: str
+    target_file: str
+    line: int
+    in_function: bool
+    commented: bool
+
+
+def modules(package: Path) -> dict[str, Path]:
+    """Dotted module name (``hookdump.store.reader``; a package is its ``__init__``) to file."""
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imports(package: Path) -> list[Import]:
+    """Every import of one package module by another, resolved to the module it names."""
+    known = modules(package)
+    found = []
+    for name, path in known.items():
+        text = path.read_text()
+        lines = text.splitlines()
+        tree = ast.parse(text)
+        inside = {
+            id(n)
+            for f in ast.walk(tree)
+            if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
+            for n in ast.walk(f)
+        }
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = here.split(".")[: len(here.split(".")) - node.level + 1] if node.level else []
+                module = ".".join([*base, node.module] if node.module else base)
+                pairs = [
+                    (f"{module}.{a.name}", (a.name,)) for a in node.names if f"{module}.{a.name}" in known
+                ]
+                rest = tuple(a.name for a in node.names if f"{module}.{a.name}" not in known)
+                pairs += [(module, rest)] if rest and module in known else []
+            elif isinstance(node, ast.Import):
+                pairs = [(a.name, ()) for a in node.names if a.name in known]
+            else:
+                continue
+            first = node.lineno - 1  # the comment may stand on the block of imports this one is part of
+            while first > 0 and lines[first - 1].strip().startswith(("from ", "import ", "#")):
+                first -= 1
+            around = "\n".join(lines[first : node.end_lineno or node.lineno])
+            for target, names in pairs:
+                files = (
+                    str(path.relative_to(package.parent)),
+                    str(known[target].relative_to(package.parent)),
+                )
+                found.append(
+                    Import(name, target, names, *files, node.lineno, id(node) in inside, "#" in around)
+                )
+    return found
+
+
+def wing(module: str) -> str:
+    """The wing a dotted module name lives in."""
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] in {"api", "__init__"}:
+        return "api"  # the package itself (hookdump.open) and the API: the library's front
+    if parts[1] == "__main__":
+        return "cli"
+    return "ground" if parts[1] in GROUND else parts[1]
+
+
+def upward(found: list[Import]) -> list[str]:
+    """Each import that runs from a wing to one it may not import, as a sentence naming both files."""
+    bad = []
+    for i in found:
+        a, b = wing(i.source), wing(i.target)
+        if a != b and b not in MAY_IMPORT[a]:
+            bad.append(
+                f"{_where(i)} ({a}) imports {', '.join(i.names) or i.target} from {i.target_file} ({b})"
+            )
+    return bad
+
+
+def cycles(found: list[Import]) -> list[str]:
+    """Each import cycle between modules, as the chain of files and the names each imports from the next."""
+    edges: dict[str, dict[str, Import]] = {}
+    for i in found:
+        if i.source != i.target:
+            edges.setdefault(i.source, {}).setdefault(i.target, i)
+    seen: set[frozenset[str]] = set()
+    out = []
+
+    def walk(start: str, node: str, path: list[Import]) -> None:
+        for target, i in sorted(edges.get(node, {}).items()):
+            if target == start:
+                chain = [*path, i]
+                key = frozenset(c.source for c in chain)
+                if key not in seen:
+                    seen.add(key)
+                    out.append(
+                        " -> ".join(f"{_where(c)} imports {', '.join(c.names) or c.target}" for c in chain)
+                    )
+            elif target > start and target not in {c.source for c in path} and len(path) < 8:
+                walk(start, target, [*path, i])
+
+    for module in sorted(edges):
+        walk(module, module, [])
+    return out
+
+
+def unexplained(found: list[Import]) -> list[str]:
+    """Each function-level import with no comment saying why (only speed is a reason: torch kept out of
+    ``--help``, numpy out of ``import hookdump``)."""
+    return [
+        f"{_where(i)} imports {', '.join(i.names) or i.target} inside a function, with no comment"
+        for i in found
+        if i.in_function and not i.commented
+    ]
+
+
+def _where(i: Import) -> str:
+    return f"{i.file}:{i.line}"
+
+
+def test_no_wing_imports_one_above_it() -> None:
+    bad = upward(imports(PACKAGE))
+    assert not bad, "imports that run up the wings (docs/architecture.md):\n" + "\n".join(bad)
+
+
+def test_no_import_cycle_anywhere() -> None:
+    found = cycles(imports(PACKAGE))
+    assert not found, "import cycles:\n" + "\n".join(found)
+
+
+def test_a_function_level_import_says_why() -> None:
+    bad = unexplained(imports(PACKAGE))
+    assert not bad, "function-level imports are for speed only, and say so in a comment:\n" + "\n".join(bad)
+
+
+def test_every_module_lives_in_a_wing_or_at_the_ground() -> None:
+    top = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__", "api"}
+    assert top <= GROUND, f"top-level modules outside the ground: {sorted(top - GROUND)}"
+    for folder in (p for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()):
+        assert folder.name in MAY_IMPORT, f"{folder.name}/ is not a wing of docs/architecture.md"
+        assert ast.get_docstring(ast.parse((folder / "__init__.py").read_text())), (
+            f"{folder.name}/__init__.py says nothing"
+        )
+
+
+def test_the_checks_catch_a_bad_import_and_a_cycle(tmp_path: Path) -> None:
+    """The checks above fail on a copy of the package with an upward import and a cycle added."""
+    copy = tmp_path / "hookdump"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "data"))
+    manifest = copy / "store" / "manifest.py"
+    manifest.write_text(manifest.read_text() + "\nfrom ..capture.run import capture_run  # added\n")
+    units = copy / "units.py"
+    units.write_text(units.read_text() + "\nfrom .errors import UsageError as Again  # added\n")
+    errors = copy / "errors.py"
+    errors.write_text(errors.read_text() + "\nfrom .units import first_few  # added\n")
+    found = imports(copy)
+    bad = upward(found)
+    assert [
+        b for b in bad if b.startswith("hookdump/store/manifest.py:")
+    ] and "capture_run from hookdump/capture/run.py" in "\n".join(bad), bad
+    loops = cycles(found)
+    assert any("errors.py" in c and "units.py" in c and "first_few" in c for c in loops), loops
