@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import SKIMAGE_DATA
 from safetensors.numpy import load_file
-from test_runs import PLUGIN, _start, _wait_for
+from test_capture_runs import PLUGIN, _start, _wait_for
 
 from hookdump.cli.progress import Progress
 

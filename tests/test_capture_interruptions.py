@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from conftest import SKIMAGE_DATA
-from test_dataset import _photos, _progress
-from test_runs import PLUGIN
+from test_capture_dataset import _photos, _progress
+from test_capture_runs import PLUGIN
 
 EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 SLOW = ("--import", str(PLUGIN), "-m", "slow_net", "-l", "conv", "-l", "act", "--batch-size", "2")

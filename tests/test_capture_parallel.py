@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SKIMAGE_DATA
-from test_dataset import _photos
+from test_capture_dataset import _photos
 
 ARGS = (
     "-m",

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import timm
 import typer
-from test_real_weights import IMAGENET_CATS, lite0_checkpoint  # noqa: F401  (a fixture)
+from test_model_real_weights import IMAGENET_CATS, lite0_checkpoint  # noqa: F401  (a fixture)
 
 from hookdump.cli.app import app
 

@@ -41,7 +41,7 @@ import torch
 from conftest import PLUGINS, SKIMAGE_DATA
 from PIL import Image
 from safetensors.torch import save_file
-from test_messages import TWINS_FOR_OLD_TIMM, _png_of_zeros, _RunsCode, paragraph, tiny_disk  # noqa: F401
+from test_cli_messages import TWINS_FOR_OLD_TIMM, _png_of_zeros, _RunsCode, paragraph, tiny_disk  # noqa: F401
 from typer.testing import CliRunner
 
 from hookdump.cli.app import app

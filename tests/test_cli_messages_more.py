@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_messages import EXE, TINY, paragraph
+from test_cli_messages import EXE, TINY, paragraph
 
 
 def closed(tmp_path: Path, args: tuple[object, ...], redirect: str) -> subprocess.CompletedProcess[str]:
@@ -378,8 +378,8 @@ def test_photos_inside_out_left_out_of_the_walk_get_a_note(tmp_path: Path, photo
 def test_advice_after_an_interrupted_overwrite_run_works(tmp_path: Path) -> None:
     import signal
 
-    from test_dataset import SLOW, _photos, _progress
-    from test_runs import _wait_for
+    from test_capture_dataset import SLOW, _photos, _progress
+    from test_capture_runs import _wait_for
 
     photos, out = _photos(tmp_path / "photos", 12), tmp_path / "out"
     args = ["capture", *SLOW, str(photos), "-o", str(out)]

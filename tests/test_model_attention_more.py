@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 from helpers import seeded
-from test_attention import _q_k, _softmax
+from test_model_attention import _q_k, _softmax
 
 
 def test_davit_window_attention_is_captured_from_its_softmax(cli, tmp_path: Path, chelsea: Path) -> None:

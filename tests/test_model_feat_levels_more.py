@@ -13,7 +13,7 @@ import pytest
 import timm
 import torch
 from PIL import Image
-from test_feature_levels import _base_key, as_map, seeded
+from test_model_feat_levels import _base_key, as_map, seeded
 from timm.data import create_transform, resolve_data_config
 
 

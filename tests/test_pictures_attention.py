@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from test_show_layouts import hooked, levels, tiles
+from test_pictures_show_layouts import hooked, levels, tiles
 
 VIT = "vit_tiny_patch16_224"
 

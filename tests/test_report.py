@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import PLUGINS, Cli
 from PIL import Image
-from test_runs import SLOW, _photos, _start, _wait_for
+from test_capture_runs import SLOW, _photos, _start, _wait_for
 
 import hookdump
 

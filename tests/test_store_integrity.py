@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 from conftest import SKIMAGE_DATA
-from test_messages import paragraph
+from test_cli_messages import paragraph
 
 EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 TINY = ("-m", "test_resnet", "--input-size", "3,64,64", "-l", "layer1", "-l", "fc")

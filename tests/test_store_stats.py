@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import PLUGINS
-from test_dataset import SLOW, _kill_when, _photos
-from test_runs import _start
+from test_capture_dataset import SLOW, _kill_when, _photos
+from test_capture_runs import _start
 
 from hookdump.store.stats import KEYS, PIECE, Accumulator, number, percent
 
