@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from collections.abc import Callable
@@ -22,8 +21,9 @@ from .inputs import files
 from .inputs.files import InputSpec
 from .model import attention, build, inventory, layers, layouts
 from .model.build import ModelSpec
-from .store import commit, manifest, outdir, sinks
+from .store import commit, outdir, sinks
 from .store.lock import check_free
+from .store.reader import finished_manifest
 
 T = TypeVar("T")
 
@@ -290,7 +290,7 @@ def _capture_on_ranks(found: CapturePlan, layer_specs: list[str], started: float
 
     shards = min(parallel.world()[1], -(-len(found.paths) // opts.batch_size))  # a rank without a batch idles
     merged = parallel.capture_on_ranks(run_shard, opts, max(shards, 1))
-    data = json.loads((opts.out / manifest.MANIFEST).read_text())
+    data = finished_manifest(opts.out)
     return from_manifest(opts.out, data, time.perf_counter() - started, merged.tensors if merged else None)
 
 

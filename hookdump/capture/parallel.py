@@ -19,8 +19,8 @@ import torch
 from ..errors import HookdumpError, InputError, Interrupted, UsageError
 from ..inputs.files import skipped_note
 from ..store.manifest import MANIFEST, entry_stem
-from ..store.outdir import read_manifest, read_progress
-from ..store.reader import Capture
+from ..store.outdir import read_progress
+from ..store.reader import Capture, read_manifest
 from ..store.records import Captured, key_from_json
 from ..store.sinks import SavedTensor, Writer
 from ..units import parse_size

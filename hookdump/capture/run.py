@@ -3,7 +3,6 @@ an interruption that keeps what reached the disk, and the files and manifest at 
 
 from __future__ import annotations
 
-import json
 import queue
 import shutil
 import threading
@@ -21,6 +20,7 @@ from ..inputs.files import frame_notes, random_batch, skipped_note
 from ..inputs.files import records as input_records
 from ..model import build, layouts
 from ..store import manifest, sinks
+from ..store.reader import finished_manifest
 from ..store.records import Captured, Key
 from . import header, parallel
 from .options import CaptureOptions
@@ -50,7 +50,7 @@ def run(
         if opts.overwrite:  # what an interrupted torchrun capture left goes too
             shutil.rmtree(opts.out / parallel.RANKS_FOLDER, ignore_errors=True)
         if writer.committed:  # --resume of a run stopped in its final moves: the writer finished them
-            data = json.loads((opts.out / manifest.MANIFEST).read_text())
+            data = finished_manifest(opts.out)
             data["notes"] = [*data["notes"], *writer.notes]
             return from_manifest(opts.out, data, time.perf_counter() - started)
         net, weight_notes = found.load()

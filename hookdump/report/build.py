@@ -28,8 +28,8 @@ from ..inputs.images import open_image
 from ..pictures import draw
 from ..store.lock import check_free
 from ..store.manifest import MANIFEST, entry_stem, picture_name
-from ..store.outdir import REPORT_FOLDER, REPORT_PAGE, SCRATCH, progress_text, read_manifest, read_progress
-from ..store.reader import Capture
+from ..store.outdir import REPORT_FOLDER, REPORT_PAGE, SCRATCH, progress_text, read_progress
+from ..store.reader import Capture, read_manifest
 from ..store.stats import KEYS, collect
 from .page import html
 from .records import InputRow, Report, Section

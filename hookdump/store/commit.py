@@ -23,7 +23,8 @@ from ..errors import UsageError
 from .formats import SAFETENSORS_FILE, SAFETENSORS_INDEX
 from .lock import OutputLock
 from .manifest import MANIFEST, ROLLOUT, entry_stem, inside, is_picture_of
-from .outdir import JOURNAL, REPORT_FOLDER, REPORT_PAGE, SCRATCH, committing, read_manifest
+from .outdir import JOURNAL, REPORT_FOLDER, REPORT_PAGE, SCRATCH, committing
+from .reader import read_manifest
 
 
 def kill_at(point: str) -> None:

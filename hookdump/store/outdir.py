@@ -13,6 +13,7 @@ from typing import Any
 from ..digest import sha256
 from ..errors import InputError, UsageError
 from .manifest import MANIFEST
+from .reader import read_manifest
 
 SCRATCH = ".hookdump-partial"
 PROGRESS = "progress.json"  # after each batch: counts, streams, recorder state
@@ -21,15 +22,6 @@ CLASSES = "classes.txt"  # with --grad: each batch's classes, a line each
 JOURNAL = "commit.json"  # the final moves, decided (``commit``): what a rerun finishes
 HASHES = "inputs.jsonl"  # each batch's inputs as [path, sha256] pairs, a line each: what --resume re-checks
 REPORT_PAGE, REPORT_FOLDER = "index.html", "report"  # ``hookdump report``: the page and its pictures
-
-
-def read_manifest(out: Path) -> dict[str, Any] | None:
-    """The folder's manifest, or None (absent or unreadable)."""
-    try:
-        data = json.loads((out / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def foreign_manifest(out: Path) -> str | None:

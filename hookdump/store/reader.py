@@ -12,7 +12,7 @@ import os
 import struct
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 Array: TypeAlias = "np.ndarray[Any, Any] | torch.Tensor"  # a torch.Tensor only for bfloat16 (and .pt)
 
 _PREFERENCE = {"npy": 0, "safetensors": 1, "pt": 2}  # the first memory-mappable format wins
-_SAFETENSORS_DTYPES = {  # safetensors' name -> the manifest's (torch's) name
+SAFETENSORS_DTYPES = {  # safetensors' name -> the manifest's (torch's) name
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
     "I32": "int32", "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32", "U16": "uint16",
     "U8": "uint8", "BOOL": "bool",
@@ -46,7 +46,7 @@ class Capture(Mapping[str, Array]):
 
     def __init__(self, out: str | os.PathLike[str]) -> None:
         self.path = Path(out)
-        self.manifest = _read_manifest(self.path)
+        self.manifest = finished_manifest(self.path)
         self.inputs: list[dict[str, Any]] = list(self.manifest.get("inputs") or [])
         listed = [e for e in self.manifest.get("tensors") or [] if isinstance(e, dict)]
         for entry in listed:
@@ -77,21 +77,28 @@ class Capture(Mapping[str, Array]):
             return array
         if entry["format"] == "pt":
             return _load_pt(file, shape)
-        start, header = self._headers[entry["file"]]
-        info = header[key]
-        bfloat16 = info["dtype"] == "BF16"
-        dtype = _numpy_dtype(info["dtype"])
-        offset = start + info["data_offsets"][0]
-        if math.prod(shape) == 0:
-            array = np.empty(shape, dtype)
-            array.flags.writeable = bfloat16  # torch warns on a read-only array
-        else:
-            array = np.memmap(file, dtype, mode="c" if bfloat16 else "r", offset=offset, shape=shape)
+        array, bfloat16 = safetensors_tensor(file, *self._headers[entry["file"]], key, copy_on_write=True)
         if not bfloat16:
             return array
-        import torch
+        import torch  # for speed: torch only for bfloat16, which numpy cannot hold
 
         return torch.from_numpy(array).view(torch.bfloat16)
+
+    def bits(self, key: str) -> tuple[np.ndarray[Any, Any], bool]:
+        """The tensor ``key`` as numpy holds it, and whether it is bfloat16 (then its uint16 bits): no torch
+        but for a ``.pt``-only capture. What ``show`` draws from."""
+        entry = self.entries[key]
+        if entry["format"] == "safetensors":
+            array, bfloat16 = safetensors_tensor(
+                self.path / entry["file"], *self._headers[entry["file"]], key
+            )
+            return (array.view(np.uint16) if bfloat16 else array), bfloat16
+        value = self[key]
+        if isinstance(value, np.ndarray):
+            return value, False
+        import torch  # for speed: only a bfloat16 tensor of a .pt-only capture comes here
+
+        return value.view(torch.int16).numpy().view(np.uint16), True
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.entries)
@@ -128,11 +135,11 @@ class Capture(Mapping[str, Array]):
         elif entry["format"] == "safetensors":
             header = self._header(entry["file"])[1]
             info = header.get(key)
-            if not isinstance(info, dict) or info.get("dtype") not in _SAFETENSORS_DTYPES:
+            if not isinstance(info, dict) or info.get("dtype") not in SAFETENSORS_DTYPES:
                 raise InputError(f"`{file}` holds no tensor `{key}` that {MANIFEST} lists.", _REDO)
             begin, end = info["data_offsets"]
             itemsize = _numpy_dtype(info["dtype"]).itemsize
-            bad = _SAFETENSORS_DTYPES[info["dtype"]] != entry.get("dtype", _SAFETENSORS_DTYPES[info["dtype"]])
+            bad = SAFETENSORS_DTYPES[info["dtype"]] != entry.get("dtype", SAFETENSORS_DTYPES[info["dtype"]])
             if bad or list(info["shape"]) != shape or end - begin != math.prod(shape) * itemsize:
                 raise InputError(
                     f"`{file}` holds `{key}` as {info['shape']} {info['dtype']} ({end - begin} bytes), not"
@@ -174,7 +181,50 @@ def safetensors_header(file: Path, fix: str) -> tuple[int, dict[str, Any]]:
     return 8 + length, tensors
 
 
-def _read_manifest(path: Path) -> dict[str, Any]:
+def safetensors_tensor(
+    file: Path, start: int, header: dict[str, Any], key: str, fix: str = _REDO, copy_on_write: bool = False
+) -> tuple[np.ndarray[Any, Any], bool]:
+    """Tensor ``key`` of a safetensors file memory-mapped from its bytes (``start``, ``header``: from
+    :func:`safetensors_header`), and whether it is bfloat16 (held as int16 bits). ``copy_on_write``: writes
+    stay in memory (torch warns on a read-only array). An InputError with ``fix`` when the bytes do not
+    fit."""
+    info = header[key]
+    try:
+        shape = tuple(int(n) for n in info["shape"])
+        dtype = _numpy_dtype(info["dtype"])
+        begin, end = (int(n) for n in info["data_offsets"])
+        if end - begin != math.prod(shape) * dtype.itemsize:
+            raise ValueError(f"{end - begin} bytes for {list(shape)} {info['dtype']}")
+        bfloat16 = info["dtype"] == "BF16"
+        if begin == end:
+            array = np.empty(shape, dtype)
+            array.flags.writeable = copy_on_write and bfloat16
+            return array, bfloat16
+        mode: Literal["c", "r"] = "c" if copy_on_write and bfloat16 else "r"
+        return np.memmap(file, dtype, mode=mode, offset=start + begin, shape=shape), bfloat16
+    except (ValueError, OSError, TypeError, KeyError) as exc:
+        raise InputError(f"`{file}` is cut short or damaged at `{key}`: {exc}", fix) from exc
+
+
+def read_manifest(out: Path) -> dict[str, Any] | None:
+    """The folder's manifest.json as it is (finished or not), or None when absent or unreadable: for the
+    checks before a run writes there, and for show's look at a loose file beside one."""
+    try:
+        data = json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def entry_of(manifest: dict[str, Any] | None, file: str, key: str | None = None) -> dict[str, Any] | None:
+    """The entry of ``manifest`` that lists ``file`` (and ``key`` in a safetensors file), or None."""
+    for entry in (manifest or {}).get("tensors") or []:
+        if isinstance(entry, dict) and entry.get("file") == file and entry.get("key") == key:
+            return entry
+    return None
+
+
+def finished_manifest(path: Path) -> dict[str, Any]:
     """manifest.json of a finished capture, else an InputError with the fix."""
     if not (path / MANIFEST).is_file():
         raise InputError(
@@ -197,7 +247,7 @@ def _read_manifest(path: Path) -> dict[str, Any]:
 
 def _numpy_dtype(name: str) -> np.dtype[Any]:
     """safetensors' dtype name -> the little-endian numpy dtype of its bytes (bfloat16 bits: int16)."""
-    return np.dtype("<i2" if name == "BF16" else np.dtype(_SAFETENSORS_DTYPES[name]).newbyteorder("<"))
+    return np.dtype("<i2" if name == "BF16" else np.dtype(SAFETENSORS_DTYPES[name]).newbyteorder("<"))
 
 
 def _load_pt(file: Path, shape: tuple[int, ...]) -> Array:

@@ -20,6 +20,7 @@ from .formats import SAFETENSORS_INDEX, write_pt, write_safetensors
 from .lock import OutputLock
 from .manifest import MANIFEST
 from .outdir import CLASSES, HASHES, PROGRESS, RUN, SCRATCH
+from .reader import read_manifest
 from .records import Captured, Key, key_from_json
 from .stats import Accumulator, nonfinite_notes
 from .stream import HEADER_BYTES, NpyStream, check_holds
@@ -257,7 +258,7 @@ class Writer:
         """Interrupted: keep the scratch folder for --resume, and say so in ``manifest.json`` unless the
         folder holds a finished capture (which an interrupted --overwrite must not damage)."""
         self._keep_scratch = (self.scratch / PROGRESS).exists()
-        if self._keep_scratch and outdir.read_manifest(self.out) is None:
+        if self._keep_scratch and read_manifest(self.out) is None:
             commit.write_json(self.out / MANIFEST, manifest)
 
     def append(self, batch: dict[Key, torch.Tensor]) -> None:

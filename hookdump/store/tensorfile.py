@@ -1,6 +1,7 @@
-"""Read captured tensors back for ``show``, without torch: a ``.npy`` file, a key of a ``.safetensors`` file
-(bfloat16 widened in numpy), a name in a capture folder, with its ``manifest.json`` entry when the file sits
-in a capture folder; only a ``.pt`` file imports torch."""
+"""One tensor as ``show`` draws it (:class:`Loaded`): a name in a capture folder, read through the capture
+(:class:`hookdump.store.reader.Capture`, the one reader of a capture folder), or a loose ``.npy``,
+``.safetensors`` or ``.pt`` file, with its manifest entry when a manifest beside it lists it. No torch but for
+a ``.pt`` file; bfloat16 stays its uint16 bits, widened in numpy."""
 
 from __future__ import annotations
 
@@ -12,15 +13,17 @@ import numpy as np
 
 from ..errors import InputError, UsageError, did_you_mean
 from .manifest import inside
-from .outdir import read_manifest
-from .reader import Capture, safetensors_header
+from .reader import (
+    SAFETENSORS_DTYPES,
+    Capture,
+    entry_of,
+    read_manifest,
+    safetensors_header,
+    safetensors_tensor,
+)
 
 SUFFIXES = (".npy", ".pt", ".pth", ".safetensors")
 _WHAT = "Pass a .npy, .pt or .safetensors file that `hookdump capture` wrote, or a capture folder."
-_DTYPES = {
-    "F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
-    "I8": "i1", "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "?",
-}  # fmt: skip
 
 Array = np.ndarray[Any, Any]
 
@@ -107,7 +110,11 @@ def load(path: Path, key: str | None = None) -> Loaded:
     if not path.exists():
         raise InputError(f"`{path}` does not exist.", _WHAT)
     if path.is_dir():
-        path, key = _in_folder(path, key)
+        capture = Capture(path)
+        name = _pick(key, list(capture.entries), f"`{path}`")
+        entry = capture.entries[name]
+        array, bfloat16 = capture.bits(name)
+        return Loaded(path / entry["file"], entry.get("key"), array, bfloat16, entry, capture.manifest)
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         raise InputError(f"`{path}` is not a tensor file: show reads .npy, .pt and .safetensors.", _WHAT)
@@ -121,7 +128,7 @@ def load(path: Path, key: str | None = None) -> Loaded:
     else:
         array = _read_npy(path) if suffix == ".npy" else _read_pt(path)
     manifest = read_manifest(path.parent)
-    return Loaded(path, key, array, bfloat16, _entry(manifest, path.name, key), manifest)
+    return Loaded(path, key, array, bfloat16, entry_of(manifest, path.name, key), manifest)
 
 
 def expand(path: Path, key: str | None) -> list[tuple[Path, str | None]]:
@@ -158,13 +165,6 @@ def gradient(loaded: Loaded) -> Loaded | None:
     return load(sibling) if sibling.is_file() else None
 
 
-def _in_folder(folder: Path, key: str | None) -> tuple[Path, str | None]:
-    """A capture folder and a tensor name (file stem or safetensors key) -> the file and its key."""
-    entries = Capture(folder).entries
-    entry = entries[_pick(key, list(entries), f"`{folder}`")]
-    return folder / entry["file"], entry.get("key")
-
-
 def _read_npy(path: Path) -> Array:
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -197,7 +197,7 @@ def _header(path: Path) -> tuple[int, dict[str, Any]]:
     start, tensors = safetensors_header(path, _WHAT)
     try:
         for info in tensors.values():
-            if info["dtype"] not in _DTYPES:
+            if info["dtype"] not in SAFETENSORS_DTYPES:
                 raise ValueError(f"dtype {info['dtype']}")
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"`{path}` is not a safetensors file: {exc}", _WHAT) from exc
@@ -217,19 +217,8 @@ def _read_safetensors(path: Path, key: str | None) -> tuple[str, Array, bool]:
     if not header:
         raise InputError(f"`{path}` holds no tensors.", _WHAT)
     key = _pick(key, list(header), f"`{path}`", noun="key")
-    info = header[key]
-    shape = tuple(int(n) for n in info["shape"])
-    dtype = np.dtype(_DTYPES[info["dtype"]])
-    try:
-        begin, end = (int(n) for n in info["data_offsets"])
-        if end - begin != int(np.prod(shape)) * dtype.itemsize:
-            raise ValueError(f"{end - begin} bytes for {list(shape)} {info['dtype']}")
-        if begin == end:
-            return key, np.empty(shape, dtype), info["dtype"] == "BF16"
-        array = np.memmap(path, dtype, mode="r", offset=start + begin, shape=shape)
-    except (ValueError, OSError, TypeError) as exc:
-        raise InputError(f"`{path}` is cut short or damaged at `{key}`: {exc}", _WHAT) from exc
-    return key, array, info["dtype"] == "BF16"
+    array, bfloat16 = safetensors_tensor(path, start, header, key, _WHAT)
+    return key, (array.view(np.uint16) if bfloat16 else array), bfloat16
 
 
 def _pick(key: str | None, names: list[str], where: str, noun: str = "tensor") -> str:
@@ -243,10 +232,3 @@ def _pick(key: str | None, names: list[str], where: str, noun: str = "tensor") -
     raise UsageError(
         f"{start}; it holds {', '.join(names) or 'none'}.", hint or f"e.g. --key {names[0] if names else '?'}"
     )
-
-
-def _entry(manifest: dict[str, Any] | None, file: str, key: str | None) -> dict[str, Any] | None:
-    for entry in (manifest or {}).get("tensors", []):
-        if isinstance(entry, dict) and entry.get("file") == file and entry.get("key") == key:
-            return entry
-    return None
