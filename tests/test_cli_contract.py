@@ -253,23 +253,51 @@ def test_colour_only_on_a_terminal_or_when_forced(cli, monkeypatch: pytest.Monke
 
 # --- help and the README ------------------------------------------------------------------------------------
 
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]  # the README and the pages it links to
+
 
 def test_every_command_and_option_has_help_and_is_in_the_readme() -> None:
-    readme = (ROOT / "README.md").read_text()
+    """Every command is shown, and every option of every command named, in the README or a page of docs/."""
+    readme = "\n".join(page.read_text() for page in DOCS)
     group = typer.main.get_command(app)
     assert group.commands, "no commands"
     for name, command in group.commands.items():
         assert command.help, name
-        assert f"hookdump {name}" in readme, f"README never shows `hookdump {name}`"
+        assert f"hookdump {name}" in readme, f"neither README nor docs/ shows `hookdump {name}`"
         for param in command.params:
             if param.name in ("help", "ctx"):
                 continue
             assert getattr(param, "help", None), f"{name} {param.name} has no help"
             for opt in [o for o in param.opts if o.startswith("--")] + list(param.secondary_opts):
                 assert f"`{opt}" in readme or f"{opt}`" in readme or f"{opt}/" in readme, (
-                    f"{name} {opt} not in README"
+                    f"{name} {opt} not in README or docs/"
                 )
 
 
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives the headings of a page (fenced blocks left out)."""
+    text = re.sub(r"(?ms)^```.*?^```", "", page.read_text())
+    slugs = [
+        re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+        for h in re.findall(r"(?m)^#+ (.*)$", text)
+    ]
+    return {s if not slugs[:i].count(s) else f"{s}-{slugs[:i].count(s)}" for i, s in enumerate(slugs)}
+
+
 def test_the_readme_names_no_file_outside_the_repository() -> None:
+    """No page names a file outside the checkout (the README once named ``../shared/DESIGN.md``), and every
+    relative link and image of the README, docs/*.md and CHANGELOG.md leads to a file (and heading) there."""
     assert "../" not in (ROOT / "README.md").read_text()
+    for page in [*DOCS, ROOT / "CHANGELOG.md"]:
+        text = page.read_text()
+        links = re.compile(r"\]\(([^)\s]+)\)|src=\"([^\"]+)\"")
+        for target in (a or b for a, b in links.findall(text)):
+            if "://" in target:
+                continue
+            name, _, anchor = target.partition("#")
+            path = (page.parent / name).resolve() if name else page
+            assert path.is_relative_to(ROOT) and path.is_file(), (
+                f"{page.name} links to {target}: no such file"
+            )
+            assert not anchor or anchor in _anchors(path), f"{page.name} links to {target}: no such heading"
+        assert "../" not in links.sub("", text), f"{page.name} names a path outside the checkout"

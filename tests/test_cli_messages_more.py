@@ -430,18 +430,28 @@ def test_reduce_leaves_prefix_tokens_out_as_timm_pools(tmp_path: Path, chelsea: 
     )
 
 
-# --- 18: the README's examples, pasted in order into one folder -------------------------------------------
+# --- 18: the README's examples (and each docs/ page's), pasted in order into one folder -------------------
 
 README = Path(__file__).parent.parent / "README.md"
+PAGES = [README, *sorted((README.parent / "docs").glob("*.md"))]  # each page's examples are pasted alone
+# folders each page's examples are known to write: the commands are still found there
+WRITES = {
+    "README.md": {"hookdump-out", "out2", "cat", "merged"},
+    "capture.md": {"globs", "levels", "grads", "att"},
+    "datasets.md": {"acts", "acts-ranks", "acts-merged"},
+    "pictures.md": {"out", "attn", "page"},
+    "stats.md": {"stats-demo"},
+    "scripts-and-ci.md": {"resnet", "resnet2"},
+}
 
 
-def readme_commands() -> list[tuple[str, list[str]]]:
-    """Every command the README shows (bash blocks, and `$ ` lines of transcripts), in order, each with the
-    comment lines right after it (what it prints)."""
+def readme_commands(page: Path = README) -> list[tuple[str, list[str]]]:
+    """Every command a page (the README by default) shows (bash blocks, and `$ ` lines of transcripts), in
+    order, each with the comment lines right after it (what it prints)."""
     import re
 
     found: list[tuple[str, list[str]]] = []
-    for lang, body in re.findall(r"```(\w*)\n(.*?)```", README.read_text(), re.S):
+    for lang, body in re.findall(r"```(\w*)\n(.*?)```", page.read_text(), re.S):
         if lang not in ("bash", "text"):
             continue
         for line in body.splitlines():
@@ -473,11 +483,12 @@ def _written_folder(command: str) -> str | None:
     return "hookdump-out"  # (a --dry-run checks it, and is refused when a capture is there, but writes none)
 
 
-def test_readme_examples_each_write_their_own_folder() -> None:
-    """Pasted in order, no example is refused for a folder an earlier one filled (exit 2); one that is
-    shown failing (an `error:` line after it) writes nothing."""
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_readme_examples_each_write_their_own_folder(page: Path) -> None:
+    """Pasted in order, no example of the README (or of a page of docs/) is refused for a folder an earlier
+    one of that page filled (exit 2); one that is shown failing (an `error:` line after it) writes nothing."""
     taken: dict[str, str] = {}
-    for command, printed in readme_commands():
+    for command, printed in readme_commands(page):
         folder = _written_folder(command)
         if folder is None or any(line.lstrip("# ").startswith("error:") for line in printed):
             continue
@@ -486,14 +497,14 @@ def test_readme_examples_each_write_their_own_folder() -> None:
         )
         if "--dry-run" not in command:
             taken[folder] = command
-    assert {"hookdump-out", "out2", "globs", "levels", "out"} <= set(taken), taken
+    assert WRITES.get(page.name, set()) <= set(taken), taken
 
 
 def test_readme_first_examples_run_in_order_in_one_folder(tmp_path: Path) -> None:
     """The README's first example block, pasted into a shell in one new folder (with the checkout's bundled
     photo, plugins and scripts beside it, as in a checkout): each command exits as the README says. (The
-    next block, "Capture, one example each", ran so too when this test was written: 114 s on 2 cores; the
-    test above keeps its folders apart.)"""
+    block "Capture, one example each", now in docs/capture.md, ran so too when this test was written: 114 s
+    on 2 cores; the test above keeps its folders apart.)"""
     import re
 
     root = README.parent
