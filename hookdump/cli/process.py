@@ -11,7 +11,7 @@ fragments (small blocks that live on land in the holes a batch's tensors left) a
 number of images: efficientnet_lite0 ``conv_stem``, 512 photos 0.95 GB, 2,048 photos 1.8-2.3 GB. So after each
 batch reached the disk ``trimmed`` calls ``malloc_trim(0)``, which gives every free page back: the peak is
 flat in the number of images, and each batch faults its pages in again (resnet50 over 256 photos: CPU time
-1.06x keeping everything, 0.66x glibc's defaults; README, Performance). The results are the same, bit for bit.
+1.06x keeping everything, 0.66x glibc's defaults; docs/performance.md). The results are the same, bit for bit.
 Skipped where the C library is not glibc, and when the user set malloc's own variables (``MALLOC_MMAP_MAX_``,
 ``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TOP_PAD_``, ``GLIBC_TUNABLES``).
 

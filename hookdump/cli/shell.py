@@ -28,7 +28,7 @@ from ..errors import EXIT_FAILURE, HookdumpError, InputError, Interrupted, Layer
 from ..failures import from_environment
 from . import config
 
-#: The error object's keys and their version (README: "JSON output").
+#: The error object's keys and their version (docs/scripts-and-ci.md: "JSON").
 ERROR_SCHEMA_VERSION = 1
 _KINDS = {UsageError: "usage", LayerError: "layer", InputError: "input"}
 
