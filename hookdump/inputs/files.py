@@ -186,6 +186,8 @@ def _is_model_name(text: str) -> bool:
     """Whether ``text`` names a timm model (or a Twins alias), as people pass it to list-modules."""
     import timm
 
+    if text.startswith("tv:"):  # torchvision's, as -m tv:NAME takes them
+        return text[3:].isidentifier()
     return "/" not in text and (text in ALIASES or timm.is_model(text))
 
 
@@ -233,6 +235,61 @@ def data_config(model: nn.Module, input_size: tuple[int, int, int] | None) -> di
     return config
 
 
+def fixed_config(config: dict[str, Any], input_size: tuple[int, int, int] | None) -> dict[str, Any]:
+    """A data config a model source gave (torchvision's: ``resize`` then a center crop), with
+    ``--input-size`` applied: the crop is that size, the resize keeps its ratio to the crop (``crop_pct``)."""
+    config = dict(config)
+    if input_size is not None:
+        _check_fits_memory(input_size)
+        config["input_size"] = tuple(input_size)
+        if "resize" in config:
+            config["resize"] = int(min(input_size[1:]) / config["crop_pct"])
+    count = config["input_size"][0]
+    for key in ("mean", "std"):
+        if len(config[key]) != count:
+            config[key] = (sum(config[key]) / len(config[key]),) * count
+    return config
+
+
+#: The image a caller's transform is tried on when there is no input to try it on (--random-input).
+PROBE_SIZE = (256, 256)
+
+
+def callable_config(
+    transform: Callable[[Any], torch.Tensor], paths: list[Path], input_size: tuple[int, int, int] | None
+) -> dict[str, Any]:
+    """A caller's eval transform (a PIL image to a ``(C, H, W)`` float tensor) as a data config: its input
+    size is what it makes of the first input (a grey image without one), unless ``input_size`` is given;
+    mean, std and the rest are the transform's own business (None)."""
+    from PIL import Image
+
+    where = f"`{paths[0]}`" if paths else f"a grey {PROBE_SIZE[0]}x{PROBE_SIZE[1]} image"
+    image = open_image(paths[0], "RGB") if paths else Image.new("RGB", PROBE_SIZE, (128, 128, 128))
+    try:
+        made = transform(image)
+    except Exception as exc:
+        raise UsageError(
+            f"transform= raised {type(exc).__name__} on {where}: {exc}",
+            "Pass a callable that takes a PIL image (RGB) and returns a (C, H, W) float tensor.",
+        ) from exc
+    if not isinstance(made, torch.Tensor) or made.dim() != 3 or not made.is_floating_point():
+        what = (
+            f"a {made.dim()}-D {made.dtype} tensor" if isinstance(made, torch.Tensor) else type(made).__name__
+        )
+        raise UsageError(
+            f"transform= made {what} of {where}: hookdump stacks (C, H, W) float tensors into batches.",
+            "End the transform with ToTensor() (or a float conversion) and Normalize(mean, std).",
+        )
+    size = tuple(input_size) if input_size is not None else tuple(made.shape)
+    if input_size is not None:
+        _check_fits_memory(input_size)
+    kind = f"{type(transform).__module__}.{type(transform).__qualname__}"
+    return {
+        "input_size": size, "mean": None, "std": None, "interpolation": None, "crop_pct": None,
+        "crop_mode": None, "callable": transform, "from": f"transform= ({kind})",
+    }  # fmt: skip
+
+
 def _first_conv_channels(model: nn.Module) -> int | None:
     """The input channels of the model's first conv, as its timm config names it (None when it does not)."""
     name = (getattr(model, "pretrained_cfg", None) or {}).get("first_conv")
@@ -259,6 +316,9 @@ def _check_fits_memory(input_size: tuple[int, int, int]) -> None:
 
 
 def model_mode(config: dict[str, Any]) -> str:
+    """The PIL mode the model's images are decoded to: a caller's transform always gets RGB."""
+    if config.get("callable") is not None:
+        return "RGB"
     return "L" if config["input_size"][0] == 1 else "RGB"
 
 
