@@ -14,13 +14,18 @@ from ..errors import InputError
 from . import build, module_source, torchvision_source
 from .build import ModelSpec, ResolvedName
 
-#: Prefixes of model sources hookdump does not have yet, and what to use meanwhile.
+#: Prefixes of model sources hookdump does not have yet: what they are, and what to use meanwhile.
 NOT_YET = {
-    "hf:": "Hugging Face transformers models (hf:ID) are not supported yet; timm's copies of many of"
-    " them are (-m vit_base_patch16_224, -m hf-hub:timm/NAME), and the Python API takes any nn.Module"
-    " (hookdump.api.capture(..., model=module, transform=...)).",
-    "open_clip:": "OpenCLIP models (open_clip:ARCH) are not supported yet; the Python API takes the image"
-    " tower as an nn.Module (hookdump.api.capture(..., model=clip.visual, transform=preprocess)).",
+    "hf:": (
+        "Hugging Face transformers models (hf:ID) are not supported yet",
+        "Meanwhile timm has many of them (-m vit_base_patch16_224, -m hf-hub:timm/NAME), and the Python API"
+        " takes any nn.Module: hookdump.api.capture(images, layers, model=module, transform=...).",
+    ),
+    "open_clip:": (
+        "OpenCLIP models (open_clip:ARCH) are not supported yet",
+        "Meanwhile the Python API takes the image tower as an nn.Module: hookdump.api.capture(images,"
+        " layers, model=clip.visual, transform=preprocess).",
+    ),
 }
 
 
@@ -60,9 +65,9 @@ def resolve(spec: ModelSpec) -> Source:
             " command line cannot build it.",
             "Pass the module itself: hookdump.api.capture(images, layers, model=module).",
         )
-    for prefix, why in NOT_YET.items():
+    for prefix, (what, instead) in NOT_YET.items():
         if spec.name.startswith(prefix):
-            raise InputError(f"Model `{spec.name}`: {why.split(';')[0]}.", why.split("; ", 1)[1].capitalize())
+            raise InputError(f"Model `{spec.name}`: {what}.", instead)
     return _timm(spec)
 
 

@@ -137,11 +137,12 @@ def cached_path(weights: Any) -> Path:
 
 def download(weights: Any, requested: str) -> tuple[dict[str, torch.Tensor], str]:
     """The state dict of ``weights`` from torch.hub's cache, or downloaded into it; a missing download is one
-    error paragraph. torch.hub's own "Downloading: ..." line is kept off the terminal."""
+    error paragraph. torch.hub's own "Downloading: ..." line (on stdout, which holds data) is kept off the
+    terminal."""
     path = cached_path(weights)
     where = f"from the cache, {path}" if path.is_file() else f"downloaded to {path}"
     try:
-        with contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             state: dict[str, torch.Tensor] = weights.get_state_dict(progress=False, check_hash=True)
     except Exception as exc:
         why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"

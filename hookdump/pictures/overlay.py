@@ -58,6 +58,9 @@ def fit_photo(photo: Image, transform: dict[str, Any] | None) -> tuple[Image, st
 
     if not transform or "input_size" not in transform:
         return photo, f"the whole photo ({photo.width}x{photo.height}; no capture manifest beside the file)"
+    if transform.get("callable"):  # api.capture(transform=...): how it crops is the caller's own business
+        whole = f"the whole photo ({photo.width}x{photo.height}"
+        return photo, f"{whole}; the capture's transform was the caller's own, its crop unknown)"
     _, height, width = (int(d) for d in transform["input_size"])
     crop_pct = float(transform.get("crop_pct") or 1.0)
     modes = PILImage.Resampling
