@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 import torchvision
-from conftest import SKIMAGE_DATA
+from conftest import CHECKOUT, SKIMAGE_DATA
 from PIL import Image
 from test_cli_messages import paragraph
 from torch import nn
@@ -417,6 +417,14 @@ def test_a_module_is_untouched_after_an_error_and_after_an_interrupt(chelsea: Pa
                     batch_size=1, workers=0)  # fmt: skip
     assert json.loads((tmp_path / "b" / "manifest.json").read_text())["complete"] is False
     _assert_untouched(net, before)
+    other = _net()
+    with torch.no_grad():
+        other.head.bias[0] += 1.0
+    again = dict(model=other, transform=TRANSFORM, out=tmp_path / "b", grad=True, batch_size=1, resume=True)
+    with pytest.raises(UsageError, match=r"other options \(model: 'module:"):  # another module's weights
+        api.capture(photos, ["head"], **again)
+    done = api.capture(photos, ["head"], **(again | {"model": net}))
+    assert "resumed after 1 of 2 images" in done.notes
 
 
 def test_a_module_without_a_transform_needs_a_pretrained_cfg(chelsea: Path, tmp_path: Path) -> None:
@@ -448,3 +456,49 @@ def test_a_module_that_cannot_run_on_meta_is_traced_on_a_copy_on_the_cpu(tmp_pat
 def test_a_module_refuses_other_weights(tmp_path: Path) -> None:
     with pytest.raises(HookdumpError, match="its own weights"):
         api.plan(["head"], model=api.ModelSpec("x", pretrained=True, module=_net()), input_size=(3, 8, 8))
+
+
+# --- the page's examples, as pasted ----------------------------------------------------------------------
+
+
+def _section(page: Path, title: str) -> str:
+    text = page.read_text()
+    start = text.index(f"## {title}\n")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def test_the_models_from_elsewhere_examples_print_what_the_page_says(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/capture.md's "Models from elsewhere": each hookdump command run as pasted (but the offline
+    --pretrained one, which the test above runs) prints the lines the page shows under it; the Python block,
+    pasted into python in a checkout, prints what its comments say."""
+    import re
+    import shlex
+
+    from test_cli_messages_more import readme_commands
+
+    page = tmp_path / "page.md"
+    page.write_text(_section(CHECKOUT / "docs" / "capture.md", "Models from elsewhere"))
+    shutil.copytree(CHECKOUT / "hookdump" / "data", tmp_path / "hookdump" / "data")
+    monkeypatch.chdir(tmp_path)
+    for command, printed in readme_commands(page):
+        if "--pretrained" in command:
+            continue
+        if command.startswith("python "):
+            words = [sys.executable, *shlex.split(command)[1:]]  # the python of the venv under test
+            assert subprocess.run(words, timeout=300).returncode == 0
+            continue
+        result = cli(*shlex.split(command)[1:])
+        assert result.exit_code == 0, f"{command}\n{result.stderr}"
+        for line in (p.removeprefix("#").strip() for p in printed if p.startswith("#   ")):  # output
+            shown = line.removesuffix("...").strip()  # a line the page cut short: its start
+            assert shown in result.stdout + result.stderr, f"{command}: {shown!r} not printed"
+    (code,) = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    said = [c.split("# ", 1)[1] for c in code.splitlines() if c.startswith("print(")]
+    printed = ran.stdout.splitlines()
+    assert len(printed) == len(said) and all(c.startswith(o) for o, c in zip(printed, said, strict=True)), (
+        printed
+    )
