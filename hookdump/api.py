@@ -72,7 +72,7 @@ def list_modules(
     """
     if depth is not None and depth < 1:
         raise UsageError(f"--depth {depth} is not positive.", "Use --depth 1 for the top-level modules.")
-    spec = model_spec(model, transform)
+    spec = _model_spec(model, transform)
     source = sources.resolve(spec)
     name = source.name
     build_meta = _once(source.build_meta)
@@ -87,7 +87,7 @@ def list_modules(
     return ModuleTree(name.requested, name.timm_name, found, name.notes + found.notes, shown, depth, flat)
 
 
-def model_spec(model: Model, transform: Transform | None = None) -> ModelSpec:
+def _model_spec(model: Model, transform: Transform | None = None) -> ModelSpec:
     """The ``ModelSpec`` of what the API was given (``transform``: the eval transform, for any source)."""
     if isinstance(model, torch.nn.Module):
         return module_source.spec_for(model, transform)
@@ -171,7 +171,7 @@ def plan(
     opts = dataclasses.replace(options or CaptureOptions(), **option_values)
     opts = dataclasses.replace(opts, out=Path(opts.out), formats=sinks.parse_formats(opts.formats))
     _check_options(opts)
-    spec = model_spec(model, transform)
+    spec = _model_spec(model, transform)
     source = images if isinstance(images, InputSpec) or images is None else InputSpec(paths=tuple(images))
     size = source.input_size if source is not None else input_size
     origin = sources.resolve(spec)
