@@ -17,7 +17,7 @@ from .capture.options import CaptureOptions
 from .capture.results import CapturePlan, CaptureResult, ModuleTree, from_manifest
 from .capture.runner import DTYPES
 from .errors import UsageError, check_choice
-from .inputs import files
+from .inputs import files, transforms
 from .inputs.files import InputSpec
 from .model import attention, build, inventory, layers, layouts, module_source, sources
 from .model.build import ModelSpec
@@ -134,15 +134,15 @@ def _data_config(
     (torchvision's), timm's data config of the model (its ``pretrained_cfg``); and notes about it.
     ``needed``: what a caller's module must say when it has no transform (``input size``, ``mean``, ...)."""
     if spec.transform is not None:
-        return files.callable_config(spec.transform, paths, size), []
+        return transforms.callable_config(spec.transform, paths, size), []
     given, notes = source.preprocess(needed)
     if given is not None:
-        return files.fixed_config(given, size), notes
+        return transforms.fixed_config(given, size), notes
     try:
         module = build_meta()
     except Exception:
         module = build_real()
-    return files.data_config(module, size), notes
+    return transforms.data_config(module, size), notes
 
 
 def plan(

@@ -29,7 +29,7 @@ from torchvision.models.feature_extraction import create_feature_extractor
 
 from hookdump import api
 from hookdump.errors import HookdumpError, LayerError, UsageError
-from hookdump.inputs.loader import eval_transform
+from hookdump.inputs.transforms import eval_transform
 from hookdump.model import module_source, torchvision_source
 
 EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))

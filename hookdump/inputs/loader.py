@@ -14,8 +14,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..errors import InputError
-from .files import model_mode
 from .images import open_image
+from .transforms import eval_transform, model_mode
 
 
 @dataclass
@@ -25,41 +25,6 @@ class Batch:
     paths: list[Path]
     tensor: torch.Tensor | None
     failed: list[dict[str, str]] = field(default_factory=list)
-
-
-def eval_transform(config: dict[str, Any]) -> Callable[[Any], torch.Tensor]:
-    """The model's own eval transform (resize, center crop, normalize): the caller's (``callable``),
-    torchvision's (a ``resize``, as its weights' ``transforms()`` do it), else timm's."""
-    if config.get("callable") is not None:
-        return config["callable"]  # type: ignore[no-any-return]
-    if "resize" in config:
-        return ResizeCrop(config)
-    from timm.data import create_transform
-
-    return create_transform(**config, is_training=False)  # type: ignore[no-any-return]
-
-
-class ResizeCrop:
-    """torchvision's ``ImageClassification`` eval transform on a PIL image, from a data config: the
-    shorter side resized to ``resize`` (antialiased), the center ``input_size`` cropped, scaled to [0, 1],
-    normalized."""
-
-    def __init__(self, config: dict[str, Any]) -> None:
-        self.resize = int(config["resize"])
-        self.crop = [int(config["input_size"][1]), int(config["input_size"][2])]
-        self.mean, self.std = list(config["mean"]), list(config["std"])
-        self.interpolation = str(config["interpolation"])
-
-    def __call__(self, image: Any) -> torch.Tensor:
-        from torchvision.transforms import InterpolationMode
-        from torchvision.transforms import functional as F
-
-        mode = InterpolationMode(self.interpolation)
-        image = F.resize(image, [self.resize], interpolation=mode, antialias=True)
-        image = F.center_crop(image, self.crop)
-        tensor = F.convert_image_dtype(F.pil_to_tensor(image), torch.float)
-        normalized: torch.Tensor = F.normalize(tensor, mean=self.mean, std=self.std)
-        return normalized
 
 
 def default_workers(images: int, batch_size: int) -> int:
