@@ -17,15 +17,20 @@ from .capture.options import CaptureOptions
 from .capture.results import CapturePlan, CaptureResult, ModuleTree, from_manifest
 from .capture.runner import DTYPES
 from .errors import UsageError, check_choice
-from .inputs import files
+from .inputs import files, transforms
 from .inputs.files import InputSpec
-from .model import attention, build, inventory, layers, layouts
+from .model import attention, build, inventory, layers, layouts, module_source, sources
 from .model.build import ModelSpec
+from .model.sources import Source
 from .store import commit, outdir, sinks
 from .store.lock import check_free
 from .store.reader import finished_manifest
 
 T = TypeVar("T")
+#: A model as the API takes it: a name (timm, a Twins alias, ``tv:NAME``), a ``ModelSpec``, or a module.
+Model = ModelSpec | str | torch.nn.Module
+#: A caller's eval transform: a PIL image to a ``(C, H, W)`` float tensor.
+Transform = Callable[[Any], torch.Tensor]
 
 __all__ = [
     "CaptureOptions",
@@ -41,36 +46,53 @@ __all__ = [
 
 
 def list_modules(
-    model: ModelSpec | str = build.DEFAULT_MODEL,
+    model: Model = build.DEFAULT_MODEL,
     *,
     input_size: tuple[int, int, int] | None = None,
     shapes: bool = True,
     depth: int | None = None,
     pattern: str | None = None,
     leaves: bool = False,
+    transform: Transform | None = None,
 ) -> ModuleTree:
     """Build the model once on the meta device and trace one pass: names, classes, calls, shapes.
 
     Args:
-        model: a timm name, Twins alias or ``ModelSpec``.
-        input_size: ``(C, H, W)`` for the traced pass; default: the model's own.
+        model: a timm name, Twins alias, ``tv:NAME`` (torchvision), ``ModelSpec``, or an ``nn.Module`` of
+            yours: it is traced as a deep copy on the meta device (a real CPU pass on a deep copy where it
+            cannot run on meta), never touched itself.
+        input_size: ``(C, H, W)`` for the traced pass; default: the model's own (a module of yours: what
+            ``transform`` makes of a grey image, or its timm ``pretrained_cfg``).
         shapes: False skips the traced pass (no calls, no shapes).
         depth: keep modules at most this many dotted segments deep.
         pattern: keep the modules this ``--layer``-style glob / ``re:`` regex matches; a plain path keeps
             that module and everything under it.
         leaves: keep only modules without children.
+        transform: the eval transform of a module of yours (a PIL image to a ``(C, H, W)`` float tensor).
     """
     if depth is not None and depth < 1:
         raise UsageError(f"--depth {depth} is not positive.", "Use --depth 1 for the top-level modules.")
-    spec = ModelSpec(model) if isinstance(model, str) else model
-    name = build.resolve_name(spec)
-    build_meta = _once(lambda: build.build(name.timm_name, meta=True, args=spec.model_args))
-    build_real = _once(lambda: build.build(name.timm_name, args=spec.model_args))
-    size = input_size or _default_input_size(build_meta, build_real)
+    spec = _model_spec(model, transform)
+    source = sources.resolve(spec)
+    name = source.name
+    build_meta = _once(source.build_meta)
+    build_real = _once(lambda: source.load()[0])
+    size = input_size
+    if size is None:
+        config, _ = _data_config(source, spec, build_meta, build_real, None, [], ("input size",))
+        size = config["input_size"]
     found = inventory.take(build_meta, build_real, size, shapes=shapes, size_given=input_size is not None)
     shown = layers.select(found, depth, pattern, leaves, name.requested)
     flat = pattern is not None or leaves
     return ModuleTree(name.requested, name.timm_name, found, name.notes + found.notes, shown, depth, flat)
+
+
+def _model_spec(model: Model, transform: Transform | None = None) -> ModelSpec:
+    """The ``ModelSpec`` of what the API was given (``transform``: the eval transform, for any source)."""
+    if isinstance(model, torch.nn.Module):
+        return module_source.spec_for(model, transform)
+    spec = ModelSpec(model) if isinstance(model, str) else model
+    return spec if transform is None else dataclasses.replace(spec, transform=transform)
 
 
 def _once(build: Callable[[], T]) -> Callable[[], T]:
@@ -99,25 +121,39 @@ def _or_none(build: Callable[[], torch.nn.Module]) -> torch.nn.Module | None:
         return None
 
 
-def _default_input_size(
-    build_meta: Callable[[], torch.nn.Module], build_real: Callable[[], torch.nn.Module]
-) -> tuple[int, int, int]:
+def _data_config(
+    source: Source,
+    spec: ModelSpec,
+    build_meta: Callable[[], torch.nn.Module],
+    build_real: Callable[[], torch.nn.Module],
+    size: tuple[int, int, int] | None,
+    paths: list[Path],
+    needed: tuple[str, ...],
+) -> tuple[dict[str, Any], list[str]]:
+    """The eval transform as a data config, in order: the caller's ``transform``, the source's own
+    (torchvision's), timm's data config of the model (its ``pretrained_cfg``); and notes about it.
+    ``needed``: what a caller's module must say when it has no transform (``input size``, ``mean``, ...)."""
+    if spec.transform is not None:
+        return transforms.callable_config(spec.transform, paths, size), []
+    given, notes = source.preprocess(needed)
+    if given is not None:
+        return transforms.fixed_config(given, size), notes
     try:
         module = build_meta()
     except Exception:
         module = build_real()
-    c, h, w = files.data_config(module, None)["input_size"]
-    return c, h, w
+    return transforms.data_config(module, size), notes
 
 
 def plan(
     layer_specs: list[str] | tuple[str, ...],
     *,
-    model: ModelSpec | str = build.DEFAULT_MODEL,
+    model: Model = build.DEFAULT_MODEL,
     images: InputSpec | list[str] | tuple[str, ...] | None = None,
     input_size: tuple[int, int, int] | None = None,
     options: CaptureOptions | None = None,
     decode: bool = True,
+    transform: Transform | None = None,
     **option_values: Any,
 ) -> CapturePlan:
     """Check everything a capture would before its first forward pass, in the same order, and fail where
@@ -125,6 +161,7 @@ def plan(
     (traced on the meta device). The real model is not built (unless the model cannot run on meta).
 
     Args:
+        model, transform: as for ``capture``.
         images: as for ``capture``; None checks only the model and the layers.
         input_size: ``(C, H, W)`` when ``images`` is None (else ``InputSpec.input_size``).
         options / option_values: a ``CaptureOptions``, or its fields as keywords (``out=..., batch_size=8``).
@@ -134,10 +171,11 @@ def plan(
     opts = dataclasses.replace(options or CaptureOptions(), **option_values)
     opts = dataclasses.replace(opts, out=Path(opts.out), formats=sinks.parse_formats(opts.formats))
     _check_options(opts)
-    spec = ModelSpec(model) if isinstance(model, str) else model
+    spec = _model_spec(model, transform)
     source = images if isinstance(images, InputSpec) or images is None else InputSpec(paths=tuple(images))
     size = source.input_size if source is not None else input_size
-    name = build.resolve_name(spec)
+    origin = sources.resolve(spec)
+    name = origin.name
     build.resolve_device(opts.device)
     unfused: list[int] = []  # --attention: how many modules ran fused attention
 
@@ -146,10 +184,10 @@ def plan(
             unfused.append(attention.unfuse(model))
         return model
 
-    build_meta = _once(lambda: prepared(build.build(name.timm_name, meta=True, args=spec.model_args)))
-    load_real = _once(lambda: _with_model(build.load(spec, name.timm_name), prepared))
+    build_meta = _once(lambda: prepared(origin.build_meta()))
+    load_real = _once(lambda: _with_model(origin.load(), prepared))
     meta_model = _or_none(build_meta)
-    build.check_weights(spec, meta_model, name.timm_name)
+    origin.check_weights(meta_model)
     skipped: list[dict[str, str]] = []
     where: list[int] = []  # how many images come before each skipped file
     walk_notes: list[str] = []
@@ -158,7 +196,11 @@ def plan(
         if source
         else []
     )
-    config = files.data_config(meta_model if meta_model is not None else load_real()[0], size)
+    pixels = ("mean", "std") if source is not None and not source.random else ()
+    must_say = (() if size is not None else ("input size",)) + pixels  # what a module of yours must say
+    config, transform_notes = _data_config(
+        origin, spec, build_meta, lambda: load_real()[0], size, paths, must_say
+    )
     found = inventory.take(
         build_meta, lambda: load_real()[0], config["input_size"], size_given=size is not None
     )
@@ -172,7 +214,7 @@ def plan(
     prefix_tokens = getattr(typed, "num_prefix_tokens", None)
     class_token = getattr(typed, "cls_token", None) is not None  # timm's ViT family: None without one
     shapes = {t.path: found.get(t.path).output_shapes for t in targets}  # type: ignore[union-attr]
-    notes = walk_notes + resolved + reduce.check(opts.reduce, shapes, class_token)
+    notes = transform_notes + walk_notes + resolved + reduce.check(opts.reduce, shapes, class_token)
     layouts.check_reduce(opts.reduce, shapes)
     save_as: dict[str, tuple[str, str]] = {}
     if opts.attention:
@@ -186,7 +228,9 @@ def plan(
         )
     if opts.target is not None and not opts.grad:
         notes.append(f"--target {opts.target} is ignored without --grad (no gradient is computed)")
-    record = header.options_record(source, list(layer_specs), spec, opts) if source is not None else {}
+    record = {}
+    if source is not None:
+        record = header.options_record(source, list(layer_specs), spec, opts, origin.rerun)
     shard = None
     if opts.shard is not None and source is not None:
         total = len(paths)
@@ -209,7 +253,7 @@ def plan(
     budget.check_fits(needed, opts.out, already=_bytes_in(opts.out / outdir.SCRATCH) if opts.resume else 0)
     return CapturePlan(
         tree, targets, spec, opts, source, paths, config, notes, load_real, sizes, needed, skipped, progress,
-        shard, save_as, channels_last, prefix_tokens, class_token,
+        shard, save_as, channels_last, prefix_tokens, class_token, origin.record, origin.rerun,
     )  # fmt: skip
 
 
@@ -252,9 +296,10 @@ def capture(
     images: InputSpec | list[str] | tuple[str, ...],
     layer_specs: list[str] | tuple[str, ...],
     *,
-    model: ModelSpec | str = build.DEFAULT_MODEL,
+    model: Model = build.DEFAULT_MODEL,
     options: CaptureOptions | None = None,
     on_batch: Callable[[int, int, int], None] | None = None,
+    transform: Transform | None = None,
     **option_values: Any,
 ) -> CaptureResult:
     """Hook ``layer_specs``, run the images through the model in eval mode, write the tensors to ``out``.
@@ -262,7 +307,13 @@ def capture(
     Args:
         images: paths (files, folders, globs, ``@list.txt``) or an ``InputSpec``.
         layer_specs: paths, ``[i]`` indexing, globs, ``re:`` regexes, ``LAYER@k`` for one call.
-        model: a timm name, Twins alias or ``ModelSpec`` (weights, plugins, seed of random weights).
+        model: a timm name, Twins alias, ``tv:NAME`` (torchvision), ``ModelSpec`` (weights, plugins, seed of
+            random weights), or an ``nn.Module`` of yours. A module is never run itself: the capture runs a
+            deep copy of it in eval mode (as much memory again as its weights, on its device), so its
+            weights, modes, hooks, device and ``requires_grad`` stay as they were, whatever happens; the
+            manifest records its class and the sha256 of its state dict.
+        transform: the eval transform (a PIL image to a ``(C, H, W)`` float tensor); without it, a module
+            of yours needs a timm ``pretrained_cfg`` (input size, mean, std).
         options / option_values: a ``CaptureOptions``, or its fields as keywords (``out=..., grad=True``).
         on_batch: called after each batch reached the disk with (images done, images in all, bytes written).
     """
@@ -270,7 +321,10 @@ def capture(
     if parallel.world()[1] > 1:
         parallel.check_no_shard(option_values.get("shard", options.shard if options else None))
     commit.clean_finished(Path(dataclasses.replace(options or CaptureOptions(), **option_values).out))
-    found = plan(layer_specs, model=model, images=images, options=options, decode=False, **option_values)
+    found = plan(
+        layer_specs, model=model, images=images, options=options, decode=False, transform=transform,
+        **option_values,
+    )  # fmt: skip
     if parallel.world()[1] > 1:
         return _capture_on_ranks(found, list(layer_specs), started)
     return run.run(found, list(layer_specs), started, on_batch)

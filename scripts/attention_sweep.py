@@ -65,7 +65,7 @@ def _qualname(kind: type) -> str:
 def check(args: tuple[str, str, int]) -> dict[str, Any]:
     """One architecture: build on meta, unfuse, trace on meta, classify. Never raises."""
     name, module_file, timeout = args
-    from hookdump.inputs import files as inputs
+    from hookdump.inputs import transforms as inputs
     from hookdump.model import attention, inventory, tree
     from hookdump.model import build as models
 

@@ -28,7 +28,7 @@ def _alarm(signum: int, frame: Any) -> None:
 def check(args: tuple[str, int]) -> dict[str, Any]:
     """One architecture: build on meta, trace on meta. Never raises."""
     name, timeout = args
-    from hookdump.inputs import files as inputs
+    from hookdump.inputs import transforms as inputs
     from hookdump.model import build as models
     from hookdump.model import inventory
 

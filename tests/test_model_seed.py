@@ -71,6 +71,7 @@ def test_default_model_capture_writes_the_seed_layer(cli, chelsea: Path, tmp_pat
         "args": {},
         "num_prefix_tokens": None,  # Twins has no class or register tokens
         "class_token": False,
+        "source": "timm",  # the model's source: timm, torchvision (tv:NAME) or a module of the caller's
     }
     assert manifest["tensors"][0]["file"] == "pos_block.3.proj.0.npy"
     assert manifest["tensors"][0]["shape"] == [1, 1024, 7, 7]

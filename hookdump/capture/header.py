@@ -24,12 +24,17 @@ if TYPE_CHECKING:  # types only: the header is built by a run that has them all 
 
 
 def options_record(
-    source: InputSpec, layer_specs: list[str], spec: ModelSpec, opts: CaptureOptions
+    source: InputSpec,
+    layer_specs: list[str],
+    spec: ModelSpec,
+    opts: CaptureOptions,
+    model: str | None = None,
 ) -> dict[str, Any]:
     """The options as ``--config`` keys (the long option names): ``--config manifest.json`` reruns them.
 
     Relative paths are as given, relative to the manifest's ``cwd``; ``overwrite`` is not kept, so a rerun
-    into the same folder must ask for it again.
+    into the same folder must ask for it again. ``model``: what the source says instead of ``spec.name``
+    (a caller's module: its class and state-dict digest, so ``--resume`` refuses another module).
     """
     size = source.input_size
     return {
@@ -39,7 +44,7 @@ def options_record(
         "seed": spec.seed,
         "input_size": ",".join(map(str, size)) if size else None,
         "layer": list(layer_specs),
-        "model": spec.name,
+        "model": model or spec.name,
         "import": list(spec.imports),
         "model_arg": format_model_args(spec.model_args),
         "checkpoint": str(spec.checkpoint) if spec.checkpoint else None,
@@ -94,18 +99,35 @@ def header(
             "checkpoint": str(checkpoint) if checkpoint else None,
             "checkpoint_sha256": sha256(checkpoint) if checkpoint else None,
             "pretrained": spec.pretrained,
-            "seed": None if checkpoint or spec.pretrained else spec.seed,
+            "seed": None if checkpoint or spec.pretrained or spec.module is not None else spec.seed,
         },
         "device": device,
         "dtype": options["dtype"],
-        "transform": {
-            "input_size": list(config["input_size"]),
-            "mean": list(config["mean"]),
-            "std": list(config["std"]),
-            "interpolation": config["interpolation"],
-            "crop_pct": config["crop_pct"],
-            "crop_mode": config.get("crop_mode", "center"),
-        },
+        "transform": transform_record(config),
         "inputs": records,
         **run,
     }
+
+
+def transform_record(config: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's ``transform``: input size, mean, std, interpolation, crop; torchvision's ``resize``
+    (the shorter side before the crop); a caller's transform as its ``repr``; where it came from."""
+    record = {
+        "input_size": list(config["input_size"]),
+        "mean": _listed(config["mean"]),
+        "std": _listed(config["std"]),
+        "interpolation": config["interpolation"],
+        "crop_pct": config["crop_pct"],
+        "crop_mode": config.get("crop_mode", "center"),
+    }
+    if "resize" in config:
+        record["resize"] = config["resize"]
+    if config.get("callable") is not None:
+        record["callable"] = repr(config["callable"])[:2000]
+    if "from" in config:
+        record["from"] = config["from"]
+    return record
+
+
+def _listed(values: Any) -> list[float] | None:
+    return None if values is None else list(values)

@@ -22,7 +22,7 @@ class ModuleTree:
     """Every module of a model, as ``hookdump list-modules`` shows it, and the part of it a view selects."""
 
     requested: str
-    timm_name: str
+    timm_name: str | None  # None for a model from elsewhere (tv:NAME, a module of the caller's)
     inventory: Inventory
     notes: list[str] = field(default_factory=list)
     shown: list[str] | None = None  # what --depth / --filter / --leaves selected; None: every module
@@ -45,7 +45,7 @@ class CaptureResult:
     out: Path
     manifest: Path
     requested: str
-    timm_name: str
+    timm_name: str | None
     device: str
     tensors: list[SavedTensor]
     inputs: list[dict[str, Any]]
@@ -95,6 +95,8 @@ class CapturePlan:
     channels_last: set[str] = field(default_factory=set)  # layers whose 4-D maps are (N, H, W, C)
     prefix_tokens: int | None = None  # the model's num_prefix_tokens (class, distillation, registers)
     class_token: bool = False  # whether the first of them is a class token (timm's ``cls_token``)
+    model_record: dict[str, Any] = field(default_factory=dict)  # the source's keys of the manifest's model
+    rerun: str = ""  # the options record's model (a caller's module: its class and state-dict digest)
 
     @property
     def modules(self) -> list[ModuleInfo]:

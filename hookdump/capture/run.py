@@ -42,7 +42,7 @@ def run(
     name = build.ResolvedName(found.tree.requested, found.tree.timm_name)
     torch_device = build.resolve_device(opts.device)
     shard_bytes = units.parse_size(opts.shard_size) if opts.shard_size else None
-    options_record = header.options_record(source, list(layer_specs), spec, opts)
+    options_record = header.options_record(source, list(layer_specs), spec, opts, found.rerun)
     input_list = [str(p) for p in found.paths]
     with sinks.Writer(
         opts.out, opts.formats, opts.save_dtype, opts.overwrite, opts.resume, shard_bytes, found.total_bytes
@@ -120,7 +120,9 @@ def run(
         if found.shard is not None:
             extra["shard"] = found.shard
         made = header.header(spec, name, str(torch_device), found.config, records, options_record, extra)
-        made["model"] |= {"num_prefix_tokens": found.prefix_tokens, "class_token": found.class_token}
+        made["model"] |= {
+            "num_prefix_tokens": found.prefix_tokens, "class_token": found.class_token, **found.model_record
+        }  # fmt: skip
         try:
             saved = writer.commit(results, made)
         except KeyboardInterrupt as exc:  # while .pt / .safetensors were made: every batch is on disk

@@ -44,7 +44,9 @@ def _root(
 ModelOpt = Annotated[
     str | None,
     typer.Option(
-        "--model", "-m", help="timm model name, or a Twins alias (alt_gvt_large, pcpvt_small, ...)."
+        "--model",
+        "-m",
+        help="timm model name, a Twins alias (alt_gvt_large, pcpvt_small, ...), or tv:NAME (torchvision).",
     ),
 ]
 ImportOpt = Annotated[
@@ -169,7 +171,9 @@ def capture(
     checkpoint: Annotated[
         Path | None, typer.Option(help=".safetensors or .pth weights, loaded strictly.")
     ] = None,
-    pretrained: Annotated[bool, typer.Option("--pretrained", help="timm's pretrained weights.")] = False,
+    pretrained: Annotated[
+        bool, typer.Option("--pretrained", help="timm's pretrained weights (tv:NAME: torchvision's DEFAULT).")
+    ] = False,
     sample: Annotated[bool, typer.Option("--sample", help="Use the photo bundled with hookdump.")] = False,
     random_input: Annotated[bool, typer.Option("--random-input", help="One seeded random input.")] = False,
     seed: Annotated[int, typer.Option(help="Seed of random weights and of --random-input.")] = 0,

@@ -58,7 +58,9 @@ def tree_lines(tree: ModuleTree) -> list[list[Piece]]:
     """The model as tree lines (a flat list for --filter / --leaves), paths exactly as --layer takes them."""
     inv = tree.inventory
     title = (
-        tree.requested if tree.requested == tree.timm_name else f"{tree.requested} (timm {tree.timm_name})"
+        tree.requested
+        if tree.timm_name in (None, tree.requested)
+        else f"{tree.requested} (timm {tree.timm_name})"
     )
     lines: list[list[Piece]] = [[(title, "bold"), ("  ", ""), (inv.root_type, "cyan")]]
     if tree.flat:

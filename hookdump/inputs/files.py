@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from ..digest import sha256
 from ..errors import InputError, UsageError
 from ..model.build import ALIASES
-from ..units import first_few, human_bytes
+from ..units import first_few
 from .images import check_image, describe, open_image
+from .transforms import model_mode
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 
@@ -186,6 +186,8 @@ def _is_model_name(text: str) -> bool:
     """Whether ``text`` names a timm model (or a Twins alias), as people pass it to list-modules."""
     import timm
 
+    if text.startswith("tv:"):  # torchvision's, as -m tv:NAME takes them
+        return text[3:].isidentifier()
     return "/" not in text and (text in ALIASES or timm.is_model(text))
 
 
@@ -212,54 +214,6 @@ def _walk(folder: Path, skip: frozenset[Path], left_out: list[Path]) -> list[Pat
             if not name.startswith(".") and path.suffix.lower() in IMAGE_SUFFIXES and path.is_file():
                 images.append(path)
     return sorted(images)
-
-
-def data_config(model: nn.Module, input_size: tuple[int, int, int] | None) -> dict[str, Any]:
-    """timm's eval data config for this model, with ``--input-size`` applied, and the channels of the model's
-    first conv (``--model-arg in_chans=1``) where timm's config keeps 3; a mean and std of another channel
-    count are averaged to this one's."""
-    from timm.data import resolve_data_config
-
-    config: dict[str, Any] = dict(resolve_data_config({}, model=model))
-    if input_size is not None:
-        _check_fits_memory(input_size)
-        config["input_size"] = tuple(input_size)
-    elif chans := _first_conv_channels(model):
-        config["input_size"] = (chans, *config["input_size"][1:])
-    count = config["input_size"][0]
-    for key in ("mean", "std"):
-        if len(config[key]) != count:
-            config[key] = (sum(config[key]) / len(config[key]),) * count
-    return config
-
-
-def _first_conv_channels(model: nn.Module) -> int | None:
-    """The input channels of the model's first conv, as its timm config names it (None when it does not)."""
-    name = (getattr(model, "pretrained_cfg", None) or {}).get("first_conv")
-    try:
-        channels = getattr(model.get_submodule(name), "in_channels", None) if isinstance(name, str) else None
-    except AttributeError:
-        return None
-    return channels if isinstance(channels, int) else None
-
-
-def _check_fits_memory(input_size: tuple[int, int, int]) -> None:
-    """Refuse an ``--input-size`` of which one image alone would not fit in the machine's memory."""
-    needed = 4 * input_size[0] * input_size[1] * input_size[2]
-    try:
-        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # not on this system
-        return
-    if needed > memory:
-        raise UsageError(
-            f"--input-size {','.join(map(str, input_size))}: one image of that size takes"
-            f" {human_bytes(needed)}, more than this machine's {human_bytes(memory)} of memory.",
-            "Use a smaller --input-size (or leave it out for the model's own).",
-        )
-
-
-def model_mode(config: dict[str, Any]) -> str:
-    return "L" if config["input_size"][0] == 1 else "RGB"
 
 
 def random_batch(config: dict[str, Any], seed: int) -> torch.Tensor:

@@ -14,8 +14,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..errors import InputError
-from .files import model_mode
 from .images import open_image
+from .transforms import eval_transform, model_mode
 
 
 @dataclass
@@ -25,13 +25,6 @@ class Batch:
     paths: list[Path]
     tensor: torch.Tensor | None
     failed: list[dict[str, str]] = field(default_factory=list)
-
-
-def eval_transform(config: dict[str, Any]) -> Callable[[Any], torch.Tensor]:
-    """The model's own eval transform (resize, center crop, normalize)."""
-    from timm.data import create_transform
-
-    return create_transform(**config, is_training=False)  # type: ignore[no-any-return]
 
 
 def default_workers(images: int, batch_size: int) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,11 @@ class ModelSpec:
     """Which model to build, with which arguments and weights; shared by every command.
 
     Attributes:
-        model_args: keyword arguments for ``timm.create_model`` (``{"num_classes": 10}``).
+        name: a timm name, a Twins alias, ``tv:NAME`` (torchvision), or ``module:CLASS`` for ``module``.
+        model_args: keyword arguments for ``timm.create_model`` (``{"num_classes": 10}``), or torchvision's
+            ``get_model`` for ``tv:NAME``.
+        module: an ``nn.Module`` of the caller's (the API's ``model=``): hookdump runs copies of it, never it.
+        transform: the caller's eval transform for ``module`` (a PIL image to a ``(C, H, W)`` float tensor).
     """
 
     name: str = DEFAULT_MODEL
@@ -53,14 +57,16 @@ class ModelSpec:
     name_given: bool = True
     seed: int = 0  # random weights are drawn from this seed, so a run without trained weights repeats
     model_args: Mapping[str, Any] = field(default_factory=dict)
+    module: nn.Module | None = None
+    transform: Callable[[Any], torch.Tensor] | None = None
 
 
 @dataclass
 class ResolvedName:
-    """A requested model name and the timm name it builds, with what to tell the user."""
+    """A requested model name and the timm name it builds (None outside timm), with what to tell the user."""
 
     requested: str
-    timm_name: str
+    timm_name: str | None
     notes: list[str] = field(default_factory=list)
 
 
@@ -128,7 +134,11 @@ def build(
     offline = hub.offline_reason() if pretrained and not meta else None
     try:
         if meta or skip_init:
-            model = _build_meta(timm_name, kwargs) if meta else _build_uninitialised(timm_name, kwargs)
+            model = (
+                _build_meta(timm_name, kwargs)
+                if meta
+                else build_uninitialised(lambda: timm.create_model(timm_name, **kwargs))
+            )
         else:
             model = timm.create_model(timm_name, pretrained=pretrained, **kwargs)
     except Exception as exc:
@@ -221,19 +231,17 @@ def _build_meta(timm_name: str, kwargs: dict[str, Any]) -> nn.Module:
             return timm.create_model(timm_name, **kwargs)  # type: ignore[no-any-return]
 
 
-def _build_uninitialised(timm_name: str, kwargs: dict[str, Any]) -> nn.Module:
-    """Without weight init; normally, from the same random state, if the builder raises (reads its init) or
-    a parameter would not be in the state dict (so not overwritten by the checkpoint)."""
-    import timm
-
+def build_uninitialised(make: Callable[[], nn.Module]) -> nn.Module:
+    """``make()`` without weight init; normally, from the same random state, if the builder raises (reads
+    its init) or a parameter would not be in the state dict (so not overwritten by the checkpoint)."""
     try:
         with torch.random.fork_rng(devices=[]), SkipInit():
-            model: nn.Module = timm.create_model(timm_name, **kwargs)
+            model = make()
         if {k for k, _ in model.named_parameters(remove_duplicate=False)} <= model.state_dict().keys():
             return model
     except Exception:
         pass
-    return timm.create_model(timm_name, **kwargs)  # type: ignore[no-any-return]
+    return make()
 
 
 def check_weights(spec: ModelSpec, meta_model: nn.Module | None, model_name: str) -> None:

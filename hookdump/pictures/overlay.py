@@ -51,12 +51,16 @@ def fit_photo(photo: Image, transform: dict[str, Any] | None) -> tuple[Image, st
     """The photo as the model's eval transform cropped it (when the manifest says how), and how.
 
     Like timm's eval transform on a PIL image (torchvision's ``Resize`` then ``CenterCrop``): the shorter
-    side to ``floor(size / crop_pct)`` (both sides for a non-square input), the longer one to
+    side to ``floor(size / crop_pct)`` (both sides for a non-square input; torchvision's ``resize`` where the
+    manifest has one), the longer one to
     ``int(short * long / short_before)``, then the centre ``input_size`` with ``round((h - th) / 2)``."""
     from PIL import Image as PILImage
 
     if not transform or "input_size" not in transform:
         return photo, f"the whole photo ({photo.width}x{photo.height}; no capture manifest beside the file)"
+    if transform.get("callable"):  # api.capture(transform=...): how it crops is the caller's own business
+        whole = f"the whole photo ({photo.width}x{photo.height}"
+        return photo, f"{whole}; the capture's transform was the caller's own, its crop unknown)"
     _, height, width = (int(d) for d in transform["input_size"])
     crop_pct = float(transform.get("crop_pct") or 1.0)
     modes = PILImage.Resampling
@@ -65,8 +69,8 @@ def fit_photo(photo: Image, transform: dict[str, Any] | None) -> tuple[Image, st
         "box": modes.BOX, "hamming": modes.HAMMING, "lanczos": modes.LANCZOS,
     }.get(str(transform.get("interpolation")), modes.BILINEAR)  # fmt: skip
     w, h = photo.size
-    if height == width:
-        short = math.floor(height / crop_pct)
+    if transform.get("resize") or height == width:  # torchvision's `resize` is the shorter side's
+        short = int(transform.get("resize") or math.floor(height / crop_pct))
         longer = int(short * max(w, h) / min(w, h))
         size = (short, longer) if w <= h else (longer, short)
     else:

@@ -151,6 +151,13 @@ _SHOWN = {
 }  # fmt: skip
 
 
+#: The manifest's ``model`` keys of a model's source (torchvision's, a module of the caller's), as shown.
+_SOURCE_KEYS = (
+    ("source", "source"), ("torchvision_name", "torchvision name"), ("weights", "torchvision weights"),
+    ("class", "class"), ("state_dict_sha256", "state dict sha256"),
+)  # fmt: skip
+
+
 def _provenance(m: dict[str, Any]) -> str:
     """Model and weights, how it ran, the transform, versions; notes; options as given; anything else."""
     model, transform = m.get("model") or {}, m.get("transform") or {}
@@ -161,6 +168,7 @@ def _provenance(m: dict[str, Any]) -> str:
         ("pretrained", model.get("pretrained")), ("seed", model.get("seed")),
         ("imports", model.get("imports")),
     ]  # fmt: skip
+    weights += [(label, model[key]) for key, label in _SOURCE_KEYS if key in model]  # tv:NAME, a module
     run = [
         ("complete", m.get("complete")), ("device", m.get("device")), ("dtype", m.get("dtype")),
         ("save dtype", m.get("save_dtype")), ("channels last", m.get("channels_last")),
