@@ -203,7 +203,16 @@ def _from_pretrained(found: HFModel) -> nn.Module:
 
 def check_weights(found: HFModel, meta: nn.Module | None) -> None:
     """``--checkpoint``: a state dict for the config's model (keys and shapes checked on the meta model)."""
-    check_common(found.spec, meta, found.spec.name)
+    try:
+        check_common(found.spec, meta, found.spec.name)
+    except InputError as exc:
+        if found.spec.checkpoint is not None and "does not fit" in exc.message:
+            exc.hint = (
+                f"{exc.hint or ''} --checkpoint takes the state dict as model.state_dict() names it (the"
+                " paths list-modules shows); a file save_pretrained wrote (older names, which transformers"
+                " renames as it loads) goes in a folder with its config.json: -m hf:FOLDER."
+            ).strip()
+        raise
 
 
 def record(found: HFModel) -> dict[str, Any]:
