@@ -72,6 +72,8 @@ def _checked(
             f"timm takes the *input* of `{level.name}` for it (a forward pre-hook)",
             f"Capture that input: --layer {level.name} --what input.",
         )
+    if info.get("problem"):  # a source that knows the level is not any module's output (hf: hidden states)
+        return _refused(level, str(info["problem"]), info.get("fix"))
     if isinstance(found, str):
         return _refused(level, found)
     module = inventory.get(found.path)

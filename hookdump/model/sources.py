@@ -11,16 +11,11 @@ from typing import Any
 from torch import nn
 
 from ..errors import InputError
-from . import build, module_source, torchvision_source
+from . import build, hf_source, hf_transform, module_source, torchvision_source
 from .build import ModelSpec, ResolvedName
 
 #: Prefixes of model sources hookdump does not have yet: what they are, and what to use meanwhile.
 NOT_YET = {
-    "hf:": (
-        "Hugging Face transformers models (hf:ID) are not supported yet",
-        "Meanwhile timm has many of them (-m vit_base_patch16_224, -m hf-hub:timm/NAME), and the Python API"
-        " takes any nn.Module: hookdump.api.capture(images, layers, model=module, transform=...).",
-    ),
     "open_clip:": (
         "OpenCLIP models (open_clip:ARCH) are not supported yet",
         "Meanwhile the Python API takes the image tower as an nn.Module: hookdump.api.capture(images,"
@@ -59,6 +54,8 @@ def resolve(spec: ModelSpec) -> Source:
         return _module(spec)
     if spec.name.startswith(torchvision_source.PREFIX):
         return _torchvision(spec)
+    if spec.name.startswith(hf_source.PREFIX):
+        return _hf(spec)
     if spec.name.startswith(module_source.PREFIX):
         raise InputError(
             f"Model `{spec.name}` names a Python nn.Module that a capture was made from through the API: the"
@@ -126,4 +123,17 @@ def _module(spec: ModelSpec) -> Source:
         preprocess=preprocess,
         record={"source": "module", "class": klass, "state_dict_sha256": digest},
         rerun=f"{spec.name}@sha256:{digest[:16]}",
+    )
+
+
+def _hf(spec: ModelSpec) -> Source:
+    found = hf_source.resolve(spec)
+    return Source(
+        hf_source.name(found),
+        build_meta=lambda: hf_source.build_meta(found),
+        load=lambda: hf_source.load(found),
+        check_weights=lambda meta: hf_source.check_weights(found, meta),
+        preprocess=lambda needed: hf_transform.data_config(found),
+        record=hf_source.record(found),
+        rerun=spec.name,
     )
