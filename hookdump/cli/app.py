@@ -46,7 +46,8 @@ ModelOpt = Annotated[
     typer.Option(
         "--model",
         "-m",
-        help="timm model name, a Twins alias (alt_gvt_large, pcpvt_small, ...), tv:NAME (torchvision), or hf:FOLDER_OR_ID (transformers).",
+        help="timm model name, a Twins alias (alt_gvt_large, pcpvt_small, ...), tv:NAME (torchvision), or"
+        " hf:FOLDER_OR_ID (transformers).",
     ),
 ]
 ImportOpt = Annotated[
