@@ -21,8 +21,7 @@ transformers = pytest.importorskip("transformers")
 
 from hookdump import api  # noqa: E402
 from hookdump.errors import InputError, LayerError, UsageError  # noqa: E402
-from hookdump.inputs.files import fixed_config  # noqa: E402
-from hookdump.inputs.loader import eval_transform  # noqa: E402
+from hookdump.inputs.transforms import eval_transform, fixed_config  # noqa: E402
 from hookdump.model import attention, hf_transform, sources  # noqa: E402
 from hookdump.model.build import ModelSpec  # noqa: E402
 
