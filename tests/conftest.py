@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,6 +54,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # are not this run's doing, so the check is off.
     shared = os.environ.get("HOOKDUMP_SHARED_CHECKOUT") == "1"
     session.config.stash[_STATE] = None if shared else _checkout_state()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # pytest -n N: N workers side by side, each with the CPU threads of the whole machine would fight
+        # over the cores (and spin waiting for them); one thread each for the in-process tests. The
+        # console scripts the tests start keep torch's default.
+        import torch
+
+        torch.set_num_threads(1)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -66,6 +76,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _STATE = pytest.StashKey[str | None]()
+
+#: How long a test waits for a process it started to get somewhere (a file to appear, a count to be
+#: reached) before it fails: a deadline, not a timing check; each wait polls its condition and gives up at
+#: once when the process exits. Generous, because a loaded 2-core machine runs tests side by side.
+WAIT_S = 600.0
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now: torchrun's rendezvous port (its default, 29500,
+    would be shared by two torchrun tests running at the same time under pytest -n)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -83,6 +106,18 @@ def photos(tmp_path: Path) -> Path:
     shutil.copy(SKIMAGE_DATA / "coffee.png", folder / "coffee.png")
     shutil.copy(SKIMAGE_DATA / "astronaut.png", folder / "more" / "astronaut.png")
     return folder
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """An empty folder with a short path (in the system's temporary folder, removed after the test), for a
+    child's TMPDIR. multiprocessing makes its AF_UNIX sockets there (``pymp-*/listener-*``), whose paths may
+    have at most 107 bytes: under pytest -n, ``tmp_path`` (``.../popen-gw1/<test name>``) can be so long
+    that a DataLoader worker fails to send its batch (``AF_UNIX path too long``) and the capture waits for
+    it for ever."""
+    folder = Path(tempfile.mkdtemp(prefix="hookdump-test-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import io
 import json
 import shutil
 import signal
+import time
 from contextlib import redirect_stderr
 from pathlib import Path
 
@@ -44,13 +45,17 @@ def _progress(out: Path) -> int:
 
 def _kill_when(run, out: Path, images: int, sig: int = signal.SIGKILL) -> None:
     _wait_for(".hookdump-partial/progress.json", out, run)
-    while _progress(out) < images:
+    while _progress(out) < images:  # polled, not spun: the capture needs the cores
         assert run.poll() is None, run.communicate()
+        time.sleep(0.02)
     run.send_signal(sig)
     run.communicate(timeout=60)
 
 
-def test_resume_after_kill_9_at_several_points_gives_the_same_bytes(cli, tmp_path: Path) -> None:
+def test_resume_after_kill_9_at_several_points_gives_the_same_bytes(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOOKDUMP_TEST_SLEEP", "0")  # in this process nothing is stopped; _start's runs sleep
     photos = _photos(tmp_path / "photos", 24)
     whole = tmp_path / "whole"
     args = (*SLOW, photos, "--format", "npy,pt,safetensors")
@@ -89,10 +94,11 @@ def test_sigterm_leaves_a_folder_that_says_how_far_it_got(cli, tmp_path: Path) -
     assert "--resume" in (refused.value.hint or "")
 
 
-def test_sigterm_stops_the_decoding_workers_before_exit_leaving_no_temp_folder(cli, tmp_path: Path) -> None:
+def test_sigterm_stops_the_decoding_workers_before_exit_leaving_no_temp_folder(
+    cli, tmp_path: Path, short_tmp: Path
+) -> None:
     """A worker that multiprocessing kills at exit skips its own clean-up and leaves /tmp/pymp-* behind."""
-    photos, out, tmp = _photos(tmp_path / "photos", 24), tmp_path / "out", tmp_path / "tmp"
-    tmp.mkdir()
+    photos, out, tmp = _photos(tmp_path / "photos", 24), tmp_path / "out", short_tmp
     run = _start(["capture", *SLOW, str(photos), "-o", str(out), "--workers", "1"], TMPDIR=str(tmp))
     _kill_when(run, out, 6, signal.SIGTERM)
     assert run.returncode == 143
@@ -139,8 +145,13 @@ def test_sizes_are_known_before_the_work_and_match_the_files(cli, tmp_path: Path
 
 
 def test_a_capture_that_cannot_fit_on_the_disk_stops_at_once(cli, tmp_path: Path) -> None:
+    from PIL import Image
+
+    photo = tmp_path / "coffee.png"  # the photo made small: --dry-run decodes each of the 2000 lines
+    with Image.open(SKIMAGE_DATA / "coffee.png") as image:
+        image.resize((60, 40)).save(photo)
     listing = tmp_path / "many.txt"
-    listing.write_text(f"{SKIMAGE_DATA / 'coffee.png'}\n" * 2000)
+    listing.write_text(f"{photo}\n" * 2000)
     args = (
         "capture",
         *MODEL,
@@ -274,7 +285,10 @@ def test_progress_is_a_plain_line_off_a_terminal_and_nothing_when_quiet(
     assert quiet.exit_code == 0 and quiet.stdout == "" and quiet.stderr == ""
 
 
-def test_a_resumed_gradient_capture_keeps_every_images_class(cli, tmp_path: Path) -> None:
+def test_a_resumed_gradient_capture_keeps_every_images_class(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOOKDUMP_TEST_SLEEP", "0")  # in this process nothing is stopped; _start's runs sleep
     photos = _photos(tmp_path / "photos", 12)
     args = (*SLOW, photos, "--grad")
     assert cli("capture", *args, "-o", tmp_path / "whole").exit_code == 0

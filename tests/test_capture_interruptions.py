@@ -14,14 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SKIMAGE_DATA
+from conftest import SKIMAGE_DATA, WAIT_S, free_port
 from test_capture_dataset import _photos, _progress
 from test_capture_runs import PLUGIN
 
 EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 SLOW = ("--import", str(PLUGIN), "-m", "slow_net", "-l", "conv", "-l", "act", "--batch-size", "2")
 FORMATS = ("--format", "npy,pt,safetensors")
-DEADLINE = 120.0
+DEADLINE = WAIT_S
 
 
 def _run(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -72,10 +72,13 @@ def _same_capture(whole: Path, out: Path) -> None:
     assert manifests[1]["complete"] is True and manifests[0]["inputs"] == manifests[1]["inputs"]
 
 
-@pytest.fixture
-def whole(tmp_path: Path) -> tuple[Path, Path]:
-    photos, out = _photos(tmp_path / "photos", 24), tmp_path / "whole"
-    done = _run("capture", *SLOW, photos, *FORMATS, "-o", out)
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """24 photos and their uninterrupted capture (no sleep: nothing stops it), made once for the module:
+    the tests only read both."""
+    root = tmp_path_factory.mktemp("whole")
+    photos, out = _photos(root / "photos", 24), root / "whole"
+    done = _run("capture", *SLOW, photos, *FORMATS, "-o", out, env={"HOOKDUMP_TEST_SLEEP": "0"})
     assert done.returncode == 0, done.stderr
     return photos, out
 
@@ -124,20 +127,22 @@ def _torchrun(*args: object, ranks: int = 2) -> list[str]:
             *map(str, args), "--device", "cpu"]  # fmt: skip
 
 
-def _launcher_env(tmp_path: Path) -> dict[str, str]:
-    """This environment without a rank of its own; torchrun's log folders go to ``tmp_path``, not /tmp."""
+def _launcher_env(tmp: Path) -> dict[str, str]:
+    """This environment without a rank of its own; torchrun's log folders (and the ranks' temporary files)
+    go to ``tmp``, the test's own ``short_tmp``, not /tmp; a free rendezvous port of its own
+    (``PET_MASTER_PORT`` is torchrun's ``--master-port``)."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    return env | {"TMPDIR": str(tmp_path), "HOOKDUMP_TEST_SLEEP": "0.2"}
+    return env | {"TMPDIR": str(tmp), "HOOKDUMP_TEST_SLEEP": "0.2", "PET_MASTER_PORT": str(free_port())}
 
 
 @pytest.mark.parametrize("workers", [(), ("--workers", "0")], ids=["default-workers", "no-workers"])
 def test_sigterm_to_torchrun_keeps_each_ranks_progress_and_resume_finishes_it(
-    tmp_path: Path, whole: tuple[Path, Path], workers: tuple[str, ...]
+    tmp_path: Path, short_tmp: Path, whole: tuple[Path, Path], workers: tuple[str, ...]
 ) -> None:
     """torchrun forwards SIGTERM to each rank's process group; each rank exits 143 with the usual paragraph
     and keeps its folder; torchrun itself exits 1 (its SignalException)."""
     photos, reference = whole
-    out, env = tmp_path / "out", _launcher_env(tmp_path)
+    out, env = tmp_path / "out", _launcher_env(short_tmp)
     command = _torchrun("capture", *SLOW, photos, *FORMATS, "-o", out, *workers)
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     ranks = [out / ".hookdump-ranks" / f"rank-{r}" for r in (0, 1)]
@@ -149,25 +154,28 @@ def test_sigterm_to_torchrun_keeps_each_ranks_progress_and_resume_finishes_it(
         assert f"error: interrupted (143): rank {r}: " in err and "--resume" in err
         assert json.loads((folder / "manifest.json").read_text())["complete"] is False
     assert not (out / "manifest.json").exists()  # nothing presents itself as complete
-    again = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
-    assert again.returncode != 0 and "holds a capture interrupted under torchrun" in again.stderr
-    alone = _run("capture", *SLOW, photos, *FORMATS, "-o", out, "--resume")
-    assert alone.returncode == 2 and "one process cannot resume it" in alone.stderr
+    if not workers:  # the refusals read the ranks' folders, which are alike either way: checked once
+        again = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+        assert again.returncode != 0 and "holds a capture interrupted under torchrun" in again.stderr
+        alone = _run("capture", *SLOW, photos, *FORMATS, "-o", out, "--resume")
+        assert alone.returncode == 2 and "one process cannot resume it" in alone.stderr
     done = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     _same_capture(reference, out)
 
 
-@pytest.fixture
-def bad_inputs(tmp_path: Path) -> tuple[str | Path, ...]:
-    """Eight photos and two bad files, one in each half; the capture arguments, run once into ``one``."""
+@pytest.fixture(scope="module")
+def bad_inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[tuple[str | Path, ...], Path]:
+    """Eight photos and two bad files, one in each half; the capture arguments, and the folder ``one`` they
+    were run into once (for the module: the tests only read both)."""
+    tmp_path = tmp_path_factory.mktemp("bad_inputs")
     photos = _photos(tmp_path / "photos", 8)
     (photos / "p01b.png").write_text("not a picture")  # refused when the inputs are collected: shard 0's
     rocket = (SKIMAGE_DATA / "rocket.jpg").read_bytes()
     (photos / "p05b.jpg").write_bytes(rocket[: len(rocket) // 3])  # fails when decoded: shard 1's
     args = ("capture", "-m", "test_resnet", "-l", "conv1", "--batch-size", "2", "--skip-bad", photos)
     assert _run(*args, "-o", tmp_path / "one").returncode == 0
-    return args
+    return args, tmp_path / "one"
 
 
 def _skip_notes(manifest: dict) -> list[str]:
@@ -175,20 +183,20 @@ def _skip_notes(manifest: dict) -> list[str]:
 
 
 def test_skip_bad_shards_list_their_own_bad_inputs_and_the_merge_each_once(
-    tmp_path: Path, bad_inputs: tuple[str | Path, ...]
+    tmp_path: Path, bad_inputs: tuple[tuple[str | Path, ...], Path]
 ) -> None:
-    args = bad_inputs
+    args, one_folder = bad_inputs
     for i in (0, 1):
         assert _run(*args, "-o", tmp_path / f"s{i}", "--shard", f"{i}/2").returncode == 0
     merged = _run("merge", tmp_path / "s0", tmp_path / "s1", "-o", tmp_path / "merged")
     assert merged.returncode == 0, merged.stderr
-    folders = ("one", "s0", "s1", "merged")
-    one, s0, s1, both = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in folders)
+    folders = (one_folder, tmp_path / "s0", tmp_path / "s1", tmp_path / "merged")
+    one, s0, s1, both = (json.loads((d / "manifest.json").read_text()) for d in folders)
     names = [[Path(s["path"]).name for s in m["skipped"]] for m in (one, s0, s1, both)]
     assert names == [["p01b.png", "p05b.jpg"], ["p01b.png"], ["p05b.jpg"], ["p01b.png", "p05b.jpg"]]
     assert both["skipped"] == one["skipped"]
     assert len(_skip_notes(both)) == 1 and _skip_notes(both) == _skip_notes(one)
-    assert (tmp_path / "one" / "conv1.npy").read_bytes() == (tmp_path / "merged" / "conv1.npy").read_bytes()
+    assert (one_folder / "conv1.npy").read_bytes() == (tmp_path / "merged" / "conv1.npy").read_bytes()
     # shards of another split of the same inputs: said, not taken for a repeated shard
     assert _run(*args, "-o", tmp_path / "t1", "--shard", "1/3").returncode == 0
     mixed = _run("merge", tmp_path / "s0", tmp_path / "s1", tmp_path / "t1", "-o", tmp_path / "m2")
@@ -197,19 +205,22 @@ def test_skip_bad_shards_list_their_own_bad_inputs_and_the_merge_each_once(
 
 
 def test_skip_bad_under_torchrun_lists_each_bad_input_once(
-    tmp_path: Path, bad_inputs: tuple[str | Path, ...]
+    tmp_path: Path, short_tmp: Path, bad_inputs: tuple[tuple[str | Path, ...], Path]
 ) -> None:
-    ranks = subprocess.run(_torchrun(*bad_inputs, "-o", tmp_path / "ranks"), capture_output=True, text=True,
-                           timeout=600, env=_launcher_env(tmp_path))  # fmt: skip
+    args, one_folder = bad_inputs
+    ranks = subprocess.run(_torchrun(*args, "-o", tmp_path / "ranks"), capture_output=True, text=True,
+                           timeout=600, env=_launcher_env(short_tmp))  # fmt: skip
     assert ranks.returncode == 0, ranks.stderr[-3000:]
-    one, both = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("one", "ranks"))
+    one, both = (json.loads((d / "manifest.json").read_text()) for d in (one_folder, tmp_path / "ranks"))
     assert both["skipped"] == one["skipped"] and len(one["skipped"]) == 2
     assert len(_skip_notes(both)) == 1 and _skip_notes(both) == _skip_notes(one)
-    assert (tmp_path / "one" / "conv1.npy").read_bytes() == (tmp_path / "ranks" / "conv1.npy").read_bytes()
+    assert (one_folder / "conv1.npy").read_bytes() == (tmp_path / "ranks" / "conv1.npy").read_bytes()
 
 
-def test_torchrun_with_fewer_batches_than_ranks_idles_the_others_and_refuses_a_shard(tmp_path: Path) -> None:
-    photos, env = _photos(tmp_path / "photos", 3), _launcher_env(tmp_path)
+def test_torchrun_with_fewer_batches_than_ranks_idles_the_others_and_refuses_a_shard(
+    tmp_path: Path, short_tmp: Path
+) -> None:
+    photos, env = _photos(tmp_path / "photos", 3), _launcher_env(short_tmp)
     args = ("capture", "-m", "test_resnet", "-l", "conv1", "--batch-size", "4", photos, *FORMATS)
     assert _run(*args, "-o", tmp_path / "one").returncode == 0
     ranks = subprocess.run(_torchrun(*args, "-o", tmp_path / "ranks"), capture_output=True, text=True,
@@ -225,7 +236,7 @@ def test_torchrun_with_fewer_batches_than_ranks_idles_the_others_and_refuses_a_s
 def test_an_interrupted_shard_resumes(tmp_path: Path, whole: tuple[Path, Path]) -> None:
     photos, _ = whole
     args = ("capture", *SLOW, photos, "--shard", "1/2")
-    assert _run(*args, "-o", tmp_path / "shard").returncode == 0
+    assert _run(*args, "-o", tmp_path / "shard", env={"HOOKDUMP_TEST_SLEEP": "0"}).returncode == 0
     out = tmp_path / "out"
     run = _start(*args, "-o", out)
     _wait_until(lambda: _progress(out) >= 2, "reached 2 images", run)
@@ -255,12 +266,14 @@ def test_one_process_refuses_or_overwrites_what_an_interrupted_torchrun_left(
     _same_capture(reference, out)  # the ranks' folder is gone with the rest
 
 
-def test_sigterm_to_torchrun_while_a_finished_rank_waits_for_the_others(tmp_path: Path) -> None:
+def test_sigterm_to_torchrun_while_a_finished_rank_waits_for_the_others(
+    tmp_path: Path, short_tmp: Path
+) -> None:
     """Three batches on two ranks: rank 0 is done after one and waits; it says its shard is kept."""
     photos = _photos(tmp_path / "photos", 3)
     args = ("capture", "--import", PLUGIN, "-m", "slow_net", "-l", "conv", "--batch-size", "1", photos)
-    assert _run(*args, "-o", tmp_path / "one").returncode == 0
-    out, env = tmp_path / "out", _launcher_env(tmp_path) | {"HOOKDUMP_TEST_SLEEP": "3"}
+    assert _run(*args, "-o", tmp_path / "one", env={"HOOKDUMP_TEST_SLEEP": "0"}).returncode == 0
+    out, env = tmp_path / "out", _launcher_env(short_tmp) | {"HOOKDUMP_TEST_SLEEP": "3"}
     command = _torchrun(*args, "-o", out, "--workers", "0")
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     _wait_until(lambda: (out / ".hookdump-ranks/rank-0/manifest.json").exists(), "rank 0 finished", run)
@@ -268,6 +281,7 @@ def test_sigterm_to_torchrun_while_a_finished_rank_waits_for_the_others(tmp_path
     _, err = run.communicate(timeout=300)
     assert "error: interrupted (143): rank 0: its shard is complete in " in err
     assert "error: interrupted (143): rank 1: " in err
-    done = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=600, env=env)
+    resume = env | {"HOOKDUMP_TEST_SLEEP": "0"}  # nothing to stop this time
+    done = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=600, env=resume)
     assert done.returncode == 0, done.stderr[-3000:]
     _same_capture(tmp_path / "one", out)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SKIMAGE_DATA
+from conftest import SKIMAGE_DATA, free_port
 from test_capture_dataset import _photos
 
 ARGS = (
@@ -70,16 +70,20 @@ def test_shards_merged_equal_one_process(cli, tmp_path: Path, single: tuple[Path
         assert result.exit_code == 2 and "is not I/N" in result.stderr
 
 
-def _launcher_env(tmp_path: Path) -> dict[str, str]:
-    """This environment without a rank of its own; torchrun's log folders go to ``tmp_path``, not /tmp."""
+def _launcher_env(tmp: Path) -> dict[str, str]:
+    """This environment without a rank of its own; torchrun's log folders (and the ranks' temporary files)
+    go to ``tmp``, the test's own ``short_tmp``, not /tmp; a free rendezvous port of its own
+    (``PET_MASTER_PORT`` is torchrun's ``--master-port``)."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    return env | {"TMPDIR": str(tmp_path)}
+    return env | {"TMPDIR": str(tmp), "PET_MASTER_PORT": str(free_port())}
 
 
-def test_two_cpu_ranks_under_torchrun_equal_one_process(tmp_path: Path, single: tuple[Path, Path]) -> None:
+def test_two_cpu_ranks_under_torchrun_equal_one_process(
+    tmp_path: Path, short_tmp: Path, single: tuple[Path, Path]
+) -> None:
     photos, whole = single
     out = tmp_path / "ranks"
-    env = _launcher_env(tmp_path)
+    env = _launcher_env(short_tmp)
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "hookdump", "capture",
          *ARGS, str(photos), "-o", str(out), "--device", "cpu"],
@@ -91,12 +95,12 @@ def test_two_cpu_ranks_under_torchrun_equal_one_process(tmp_path: Path, single: 
     assert sorted(p.name for p in out.iterdir()) == sorted([*FILES, "manifest.json"])
 
 
-def test_a_failing_rank_fails_the_run_with_its_message(tmp_path: Path) -> None:
+def test_a_failing_rank_fails_the_run_with_its_message(tmp_path: Path, short_tmp: Path) -> None:
     photos = _photos(tmp_path / "photos", 6)
     (photos / "p05.png").unlink()
     whole = (SKIMAGE_DATA / "rocket.jpg").read_bytes()
     (photos / "p05.jpg").write_bytes(whole[: len(whole) // 3])  # a header that reads, pixels that do not
-    env = _launcher_env(tmp_path)
+    env = _launcher_env(short_tmp)
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "hookdump", "capture",
          *ARGS, str(photos), "-o", str(tmp_path / "o"), "--device", "cpu"],

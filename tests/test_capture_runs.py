@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import timm
 import torch
-from conftest import SKIMAGE_DATA
+from conftest import SKIMAGE_DATA, WAIT_S
 from safetensors.torch import save_file
 
 MODEL = ("-m", "test_resnet")
@@ -41,7 +41,7 @@ def _start(args: list[str], **env: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def _wait_for(pattern: str, folder: Path, proc: subprocess.Popen[str], timeout: float = 120) -> Path:
+def _wait_for(pattern: str, folder: Path, proc: subprocess.Popen[str], timeout: float = WAIT_S) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = sorted(folder.glob(pattern)) if folder.is_dir() else []

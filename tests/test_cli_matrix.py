@@ -38,7 +38,7 @@ import numpy as np
 import pytest
 import timm
 import torch
-from conftest import PLUGINS, SKIMAGE_DATA
+from conftest import PLUGINS, SKIMAGE_DATA, WAIT_S
 from PIL import Image
 from safetensors.torch import save_file
 from test_cli_messages import TWINS_FOR_OLD_TIMM, _png_of_zeros, _RunsCode, paragraph, tiny_disk  # noqa: F401
@@ -1050,7 +1050,7 @@ def stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             text=True, env=env, start_new_session=True,
         )  # fmt: skip
     results = {}
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + WAIT_S
     waiting = dict(runs)
     while waiting:
         for name, proc in list(waiting.items()):

@@ -390,8 +390,9 @@ def test_advice_after_an_interrupted_overwrite_run_works(tmp_path: Path) -> None
         env={**os.environ, "HOOKDUMP_TEST_SLEEP": "0.5"},
     )  # fmt: skip
     _wait_for(".hookdump-partial/progress.json", out, started)
-    while _progress(out) < 3:
+    while _progress(out) < 3:  # polled, not spun: the capture needs the cores
         assert started.poll() is None, started.communicate()
+        time.sleep(0.02)
     started.send_signal(signal.SIGTERM)
     stderr = started.communicate(timeout=120)[1]
     assert started.returncode == 143, stderr

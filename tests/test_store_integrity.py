@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import SKIMAGE_DATA
 from test_cli_messages import paragraph
 
@@ -115,8 +116,20 @@ def _scratch_files(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((out / SCRATCH).iterdir())}
 
 
-def test_a_stream_cut_short_after_its_checkpoint_is_refused_changing_nothing(tmp_path: Path) -> None:
-    photos, out = _photos(tmp_path / "p", 16), tmp_path / "out"
+@pytest.fixture(scope="module")
+def sixteen(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """16 photos and their uninterrupted capture in batches of 4, made once for the module (a test that
+    changes a photo puts it back)."""
+    root = tmp_path_factory.mktemp("sixteen")
+    photos = _photos(root / "p", 16)
+    assert hd("capture", *TINY, photos, "--batch-size", "4", "-o", root / "whole").returncode == 0
+    return photos, root / "whole"
+
+
+def test_a_stream_cut_short_after_its_checkpoint_is_refused_changing_nothing(
+    tmp_path: Path, sixteen: tuple[Path, Path]
+) -> None:
+    (photos, whole), out = sixteen, tmp_path / "out"
     args = ("capture", *TINY, photos, "--batch-size", "4")
     hd(*args, "-o", out, kill_at="checkpoint-2")
     progress = json.loads((out / SCRATCH / "progress.json").read_text())
@@ -135,29 +148,33 @@ def test_a_stream_cut_short_after_its_checkpoint_is_refused_changing_nothing(tmp
     gone = hd(*args, "-o", out, "--resume")
     assert gone.returncode == 4 and "is missing" in paragraph(gone.stderr, "lost data"), gone.stderr
     assert hd(*args, "-o", out, "--overwrite").returncode == 0
-    assert hd(*args, "-o", tmp_path / "whole").returncode == 0
-    _same_capture(out, tmp_path / "whole")
+    _same_capture(out, whole)
 
 
 # --- item 1: --resume re-checks the inputs whose rows are on disk ------------------------------------------
 
 
-def test_resume_refuses_an_input_changed_since_its_rows_were_captured(tmp_path: Path) -> None:
-    photos, out = _photos(tmp_path / "p", 16), tmp_path / "out"
+def test_resume_refuses_an_input_changed_since_its_rows_were_captured(
+    tmp_path: Path, sixteen: tuple[Path, Path]
+) -> None:
+    (photos, whole), out = sixteen, tmp_path / "out"
     args = ("capture", *TINY, photos, "--batch-size", "4")
     hd(*args, "-o", out, kill_at="checkpoint-2")
     original = (photos / "img_001.png").read_bytes()
     shutil.copy(SKIMAGE_DATA / "astronaut.png", photos / "img_001.png")  # another photo, the same name
-    before = _scratch_files(out)
-    done = hd(*args, "-o", out, "--resume")
-    assert done.returncode == 4, done.stderr
-    paragraph(done.stderr, "img_001.png` changed since the interrupted capture", "sha256", "--overwrite")
-    assert _scratch_files(out) == before and not (out / "manifest.json").exists()
-    (photos / "img_001.png").write_bytes(original)  # put back: the resume goes on, to the same bytes
+    try:
+        before = _scratch_files(out)
+        done = hd(*args, "-o", out, "--resume")
+        assert done.returncode == 4, done.stderr
+        paragraph(done.stderr, "img_001.png` changed since the interrupted capture", "sha256", "--overwrite")
+        assert _scratch_files(out) == before and not (out / "manifest.json").exists()
+    finally:
+        (photos / "img_001.png").write_bytes(original)  # put back: the resume goes on, to the same bytes
     assert hd(*args, "-o", out, "--resume").returncode == 0
-    assert hd(*args, "-o", tmp_path / "whole").returncode == 0
-    _same_capture(out, tmp_path / "whole")
+    _same_capture(out, whole)
     # an input of a batch not yet captured may change: it is read (and hashed) when its batch comes
+    photos = shutil.copytree(photos, tmp_path / "p")  # a copy of its own: this photo stays changed
+    args = ("capture", *TINY, photos, "--batch-size", "4")
     hd(*args, "-o", tmp_path / "later", kill_at="checkpoint-1")
     shutil.copy(SKIMAGE_DATA / "astronaut.png", photos / "img_012.png")
     assert hd(*args, "-o", tmp_path / "later", "--resume").returncode == 0
@@ -174,10 +191,19 @@ def _hidden(out: Path) -> list[str]:
     return sorted(p.name for p in out.iterdir() if p.name.startswith("."))
 
 
-def test_a_kill_in_the_final_moves_is_finished_by_resume(tmp_path: Path) -> None:
-    photos = _photos(tmp_path / "p", 8)
+@pytest.fixture(scope="module")
+def eight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """8 photos and their uninterrupted capture in batches of 4, in every format, made once for the
+    module: the tests only read both."""
+    root = tmp_path_factory.mktemp("eight")
+    photos = _photos(root / "p", 8)
+    assert hd("capture", *TINY, photos, "--batch-size", "4", *FORMATS, "-o", root / "whole").returncode == 0
+    return photos, root / "whole"
+
+
+def test_a_kill_in_the_final_moves_is_finished_by_resume(tmp_path: Path, eight: tuple[Path, Path]) -> None:
+    photos, whole = eight
     args = ("capture", *TINY, photos, "--batch-size", "4", *FORMATS)
-    assert hd(*args, "-o", tmp_path / "whole").returncode == 0
     for point in ("commit-staged", "commit-moves"):
         out = tmp_path / point
         hd(*args, "-o", out, kill_at=point)
@@ -189,26 +215,27 @@ def test_a_kill_in_the_final_moves_is_finished_by_resume(tmp_path: Path) -> None
         assert done.returncode == 0, done.stderr
         assert "finished moving the files of the capture interrupted" in done.stderr
         assert "wrote 5 file(s) (6 tensors)" in done.stdout, done.stdout
-        _same_capture(out, tmp_path / "whole")
+        _same_capture(out, whole)
         assert _hidden(out) == []
 
 
-def test_a_killed_overwrite_keeps_the_old_capture_until_the_new_one_is_whole(tmp_path: Path) -> None:
-    photos = _photos(tmp_path / "p", 8)
+def test_a_killed_overwrite_keeps_the_old_capture_until_the_new_one_is_whole(
+    tmp_path: Path, eight: tuple[Path, Path]
+) -> None:
+    photos, whole = eight
     new = ("capture", *TINY, photos, "--batch-size", "4", *FORMATS)
     old = ("capture", "-m", "test_resnet", "-l", "layer2", "--random-input", "--format", "npy,pt")
-    assert hd(*new, "-o", tmp_path / "whole").returncode == 0
     assert hd(*old, "-o", tmp_path / "old").returncode == 0
     for point in ("commit-staged", "commit-moves"):
         out = tmp_path / point
-        assert hd(*old, "-o", out).returncode == 0
+        shutil.copytree(tmp_path / "old", out)  # the old capture, as that run left it
         before = _files(out)
         hd(*new, "-o", out, "--overwrite", kill_at=point)
         if point == "commit-staged":  # nothing of the old capture touched yet
             assert _files(out) == before
         done = hd(*new, "-o", out, "--resume")
         assert done.returncode == 0, done.stderr
-        _same_capture(out, tmp_path / "whole")  # the old files gone (layer2.*), the new ones whole
+        _same_capture(out, whole)  # the old files gone (layer2.*), the new ones whole
         assert _hidden(out) == []
     # --overwrite after such a kill finishes the moves first, then replaces that capture
     out = tmp_path / "again"
@@ -218,9 +245,11 @@ def test_a_killed_overwrite_keeps_the_old_capture_until_the_new_one_is_whole(tmp
     assert sorted(_files(out)) == sorted(_files(tmp_path / "old")) and _hidden(out) == []
 
 
-def test_a_kill_after_the_manifest_leaves_a_finished_capture_that_the_next_run_tidies(tmp_path: Path) -> None:
-    photos, out = _photos(tmp_path / "p", 8), tmp_path / "out"
-    args = ("capture", *TINY, photos, "--batch-size", "4")
+def test_a_kill_after_the_manifest_leaves_a_finished_capture_that_the_next_run_tidies(
+    tmp_path: Path, eight: tuple[Path, Path]
+) -> None:
+    (photos, whole), out = eight, tmp_path / "out"
+    args = ("capture", *TINY, photos, "--batch-size", "4", *FORMATS)
     hd(*args, "-o", out, kill_at="commit-done")
     assert _hidden(out) == [".hookdump-partial", ".hookdump.lock"]  # what the kill leaves
     stats = hd("stats", out)
@@ -228,8 +257,7 @@ def test_a_kill_after_the_manifest_leaves_a_finished_capture_that_the_next_run_t
     again = hd(*args, "-o", out)
     assert again.returncode == 2 and "already holds a capture" in paragraph(again.stderr), again.stderr
     assert _hidden(out) == []  # tidied by that run, silently
-    assert hd(*args, "-o", tmp_path / "whole").returncode == 0
-    _same_capture(out, tmp_path / "whole")
+    _same_capture(out, whole)
 
 
 # --- item 3: hookdump replaces only what its own manifest lists ---------------------------------------------

@@ -206,7 +206,8 @@ def test_long_rows_are_summed_the_same_however_they_are_batched() -> None:
     assert results[0]["zeros"] == np.count_nonzero(data == 0) / data.size
 
 
-def test_stats_survive_a_resume_after_kill_9(cli, tmp_path: Path) -> None:
+def test_stats_survive_a_resume_after_kill_9(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOOKDUMP_TEST_SLEEP", "0")  # in this process nothing is stopped; _start's runs sleep
     photos = _photos(tmp_path / "photos", 12)
     whole, out = tmp_path / "whole", tmp_path / "out"
     assert cli("capture", *SLOW, photos, "-o", whole).exit_code == 0
