@@ -180,12 +180,14 @@ def test_tv_resume_after_a_kill_gives_the_bytes_of_one_uninterrupted_run(tmp_pat
     done = hd(*args, "--resume", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "resumed after 1 of 3 images" in done.stderr
-    whole = api.capture(
-        api.InputSpec((str(photos),), input_size=(3, 64, 64)), ["layer2", "fc"],
-        model=api.ModelSpec("tv:resnet18", seed=3), out=tmp_path / "whole", batch_size=1,
-    )  # fmt: skip
+    # the uninterrupted run as a process of its own too: torch's thread count (one per test process under
+    # pytest -n, the machine's in a console script) changes a convolution's last bits
+    whole = hd(*args[:-1], "whole", cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr
     for stem in ("layer2", "fc"):
-        assert (tmp_path / "out" / f"{stem}.npy").read_bytes() == (whole.out / f"{stem}.npy").read_bytes()
+        assert (tmp_path / "out" / f"{stem}.npy").read_bytes() == (
+            tmp_path / "whole" / f"{stem}.npy"
+        ).read_bytes()
     transform = json.loads((tmp_path / "out" / "manifest.json").read_text())["transform"]
     assert transform["input_size"] == [3, 64, 64] and transform["resize"] == 73  # 64 / 0.875, as timm's
 
