@@ -227,10 +227,6 @@ def test_tv_refusals_are_paragraphs_with_the_fix(cli, chelsea: Path, tmp_path: P
     cls = cli("capture", "-m", "tv:resnet18", "-l", "layer4", "--reduce", "cls", chelsea)
     assert cls.exit_code == 2
     paragraph(cls.stderr, "--reduce cls", "Use --reduce mean")
-    for name, words in (("open_clip:ViT-B-32", "clip.visual"),):
-        later = cli("list-modules", name)
-        assert later.exit_code == 4
-        paragraph(later.stderr, words, "api.capture")
     torch.save(torchvision.models.resnet34().state_dict(), tmp_path / "r34.pth")
     unfit = cli("capture", "-m", "tv:resnet18", "--checkpoint", tmp_path / "r34.pth", "-l", "fc", chelsea)
     assert unfit.exit_code == 4
@@ -501,3 +497,36 @@ def test_the_models_from_elsewhere_examples_print_what_the_page_says(
     assert len(printed) == len(said) and all(c.startswith(o) for o, c in zip(printed, said, strict=True)), (
         printed
     )
+
+
+def test_tv_vit_feat_levels_and_reduce_cls_are_the_class_token(chelsea: Path, tmp_path: Path) -> None:
+    """torchvision's ViT: feat:K is encoder layer K, --reduce cls its class token (position 0), both checked
+    against create_feature_extractor on the same seeded weights; a ResNet's feat:K are its stages."""
+    spec = api.ModelSpec("tv:vit_b_16", seed=3, model_args={"image_size": 32})
+    small = api.InputSpec((str(chelsea),), input_size=(3, 32, 32))
+    api.capture(
+        small, ["feat:1", "encoder.layers.encoder_layer_11"], model=spec, out=tmp_path / "o", reduce="cls"
+    )
+    torch.manual_seed(3)
+    net = torchvision.models.get_model("vit_b_16", weights=None, image_size=32).eval()
+    layers = ["encoder.layers.encoder_layer_1", "encoder.layers.encoder_layer_11"]
+    made = T.Compose(
+        [
+            T.Resize(36),
+            T.CenterCrop(32),
+            T.ToTensor(),
+            T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+        ]
+    )
+    with torch.no_grad():
+        expected = create_feature_extractor(net, return_nodes=layers)(
+            made(Image.open(chelsea).convert("RGB"))[None]
+        )
+    for layer in layers:
+        assert expected[layer].shape == (1, 5, 768)  # the class token and 2 x 2 patches
+        got = np.load(tmp_path / "o" / f"{layer}.npy")
+        np.testing.assert_allclose(got, expected[layer][:, 0].numpy(), rtol=0, atol=1e-4)
+    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert manifest["model"]["num_prefix_tokens"] == 1 and manifest["model"]["class_token"] is True
+    stages = api.plan(["feat:*"], model="tv:resnet18", images=[str(chelsea)])
+    assert [t.path for t in stages.targets] == ["layer1", "layer2", "layer3", "layer4"]

@@ -47,7 +47,7 @@ ModelOpt = Annotated[
         "--model",
         "-m",
         help="timm model name, a Twins alias (alt_gvt_large, pcpvt_small, ...), tv:NAME (torchvision), or"
-        " hf:FOLDER_OR_ID (transformers).",
+        " hf:FOLDER_OR_ID (transformers), or open_clip:ARCH[:TAG] (an OpenCLIP image tower).",
     ),
 ]
 ImportOpt = Annotated[

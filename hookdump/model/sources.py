@@ -1,5 +1,6 @@
 """Where a model comes from, by the prefix of its name: timm (a plain name, a Twins alias, a plugin's),
-torchvision (``tv:NAME``), or a caller's own ``nn.Module`` (the API's ``model=``). Each source gives the rest
+torchvision (``tv:NAME``), Hugging Face (``hf:ID_OR_FOLDER``), OpenCLIP (``open_clip:ARCH[:TAG]``), or a
+caller's own ``nn.Module`` (the API's ``model=``). Each source gives the rest
 of hookdump the same things (``Source``), so layer specs, the inventory, the hooks and the store never ask."""
 
 from __future__ import annotations
@@ -11,17 +12,8 @@ from typing import Any
 from torch import nn
 
 from ..errors import InputError
-from . import build, hf_source, hf_transform, module_source, torchvision_source
+from . import build, hf_source, hf_transform, module_source, open_clip_source, torchvision_source
 from .build import ModelSpec, ResolvedName
-
-#: Prefixes of model sources hookdump does not have yet: what they are, and what to use meanwhile.
-NOT_YET = {
-    "open_clip:": (
-        "OpenCLIP models (open_clip:ARCH) are not supported yet",
-        "Meanwhile the Python API takes the image tower as an nn.Module: hookdump.api.capture(images,"
-        " layers, model=clip.visual, transform=preprocess).",
-    ),
-}
 
 
 @dataclass
@@ -62,9 +54,8 @@ def resolve(spec: ModelSpec) -> Source:
             " command line cannot build it.",
             "Pass the module itself: hookdump.api.capture(images, layers, model=module).",
         )
-    for prefix, (what, instead) in NOT_YET.items():
-        if spec.name.startswith(prefix):
-            raise InputError(f"Model `{spec.name}`: {what}.", instead)
+    if spec.name.startswith(open_clip_source.PREFIX):
+        return _open_clip(spec)
     return _timm(spec)
 
 
@@ -135,5 +126,18 @@ def _hf(spec: ModelSpec) -> Source:
         check_weights=lambda meta: hf_source.check_weights(found, meta),
         preprocess=lambda needed: hf_transform.data_config(found),
         record=hf_source.record(found),
+        rerun=spec.name,
+    )
+
+
+def _open_clip(spec: ModelSpec) -> Source:
+    found = open_clip_source.resolve(spec)
+    return Source(
+        open_clip_source.name(found),
+        build_meta=lambda: open_clip_source.build_meta(found),
+        load=lambda: open_clip_source.load(found),
+        check_weights=lambda meta: open_clip_source.checkpoint_fits(found, meta),
+        preprocess=lambda needed: open_clip_source.data_config(found),
+        record=open_clip_source.record(found),
         rerun=spec.name,
     )

@@ -79,10 +79,10 @@ def build_meta(spec: ModelSpec) -> nn.Module:
     make = _make(spec.name[len(PREFIX) :], dict(spec.model_args))
     try:
         with torch.device("meta"), SkipValueWrites():
-            return make()
+            return facts(make())
     except Exception:
         with torch.device("meta"):
-            return make()
+            return facts(make())
 
 
 def _build(spec: ModelSpec, skip_init: bool) -> nn.Module:
@@ -99,7 +99,35 @@ def _build(spec: ModelSpec, skip_init: bool) -> nn.Module:
         text = f"torchvision's builder of `{spec.name}` raised {type(exc).__name__}: {exc}"
         raise InputError(text, fix) from exc
     check_hookable(model, spec.name)
+    return facts(model)
+
+
+def facts(model: nn.Module) -> nn.Module:
+    """What timm models say of themselves, under timm's names (plain attributes: the state dict does not
+    change): torchvision's ViT has one class token ahead of the patches (``class_token``) and its encoder
+    layers as feature levels; a ResNet-like model (``layer1`` ... ``layer4``) its four stages."""
+    if isinstance(getattr(model, "class_token", None), torch.Tensor) and hasattr(model, "encoder"):
+        width, patch = int(getattr(model, "hidden_dim", 0)), int(getattr(model, "patch_size", 1))
+        layers = [name for name, _ in model.get_submodule("encoder.layers").named_children()]
+        levels = [{"module": f"encoder.layers.{n}", "num_chs": width, "reduction": patch} for n in layers]
+        setattr(model, "num_prefix_tokens", 1)  # noqa: B010  (plain attributes)
+        object.__setattr__(model, "cls_token", model.get_parameter("class_token"))
+    else:
+        stages = [
+            f"layer{i}" for i in (1, 2, 3, 4) if isinstance(getattr(model, f"layer{i}", None), nn.Module)
+        ]
+        levels = [
+            {"module": stage, "num_chs": _channels(model.get_submodule(stage)), "reduction": 2 ** (i + 2)}
+            for i, stage in enumerate(stages)
+        ] if len(stages) == 4 else []  # fmt: skip
+    if levels:
+        setattr(model, "feature_info", levels)  # noqa: B010
     return model
+
+
+def _channels(stage: nn.Module) -> int:
+    convs = [m for m in stage.modules() if isinstance(m, nn.Conv2d)]
+    return int(convs[-1].out_channels) if convs else 0
 
 
 def load(spec: ModelSpec) -> tuple[nn.Module, list[str]]:
