@@ -10,7 +10,9 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 import skimage
 from typer.testing import CliRunner
@@ -138,3 +140,29 @@ class Cli:
 @pytest.fixture
 def cli() -> Cli:
     return Cli()
+
+
+def resumed_and_sharded(model: Any, photos: Any, layer: str, folder: Path) -> dict[str, np.ndarray]:
+    """``layer`` of ``photos`` three ways through the API, one photo per batch: a capture stopped after its
+    first batch (Ctrl-C) then ``resume``d, and two shards (``0/2``, ``1/2``) joined by ``merge``; each
+    checked to be whole, for a comparison with an uninterrupted capture."""
+    from hookdump import api
+    from hookdump.capture import parallel
+
+    def stop(done: int, total: int, written: int) -> None:
+        raise KeyboardInterrupt
+
+    options = {"model": model, "batch_size": 1, "workers": 0}
+    try:
+        api.capture(photos, [layer], out=folder / "resumed", on_batch=stop, **options)
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the capture was not stopped")
+    done = api.capture(photos, [layer], out=folder / "resumed", resume=True, **options)
+    assert "resumed after 1 of " in " ".join(done.notes), done.notes
+    shards = [folder / f"shard{i}" for i in range(2)]
+    for i, shard in enumerate(shards):
+        api.capture(photos, [layer], out=shard, shard=f"{i}/2", **options)
+    parallel.merge(shards, folder / "merged")
+    return {how: np.load(folder / how / f"{layer}.npy") for how in ("resumed", "merged")}

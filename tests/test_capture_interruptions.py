@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import forkrun
 import pytest
 from conftest import SKIMAGE_DATA, WAIT_S, free_port
 from test_capture_dataset import _photos, _progress
@@ -25,10 +26,7 @@ DEADLINE = WAIT_S
 
 
 def _run(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [EXE, *map(str, args)], capture_output=True, text=True, timeout=600,
-        env={**os.environ, "HOOKDUMP_TEST_SLEEP": "0.2", **(env or {})},
-    )  # fmt: skip
+    return forkrun.run(args, env={**os.environ, "HOOKDUMP_TEST_SLEEP": "0.2", **(env or {})})
 
 
 def _start(*args: object) -> subprocess.Popen[str]:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forkrun
 import numpy as np
 import pytest
 import timm
@@ -165,10 +166,7 @@ def test_bad_config_files_are_input_errors_naming_the_line(
 
 def _run(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     assert EXE is not None, "the console script is installed with the package"
-    return subprocess.run(
-        [EXE, *map(str, args)], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-        env={**os.environ, **(env or {})},
-    )  # fmt: skip
+    return forkrun.run(args, timeout=300, env={**os.environ, **(env or {})})
 
 
 def _errors(tmp_path: Path) -> list[tuple[tuple[str | Path, ...], int, str, str]]:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import forkrun
 import numpy as np
 import pytest
 import timm
@@ -927,7 +928,10 @@ def _console(argv: list[str], cwd: Path) -> tuple[int, str, str]:
             pytest.skip("running as root, and no setpriv to drop the right to read and write any file")
         prefix = CLI_ROOT
     assert EXE is not None
-    proc = subprocess.run([*prefix, EXE, *argv], capture_output=True, text=True, cwd=cwd, timeout=300)
+    if prefix:
+        proc = subprocess.run([*prefix, EXE, *argv], capture_output=True, text=True, cwd=cwd, timeout=300)
+    else:
+        proc = forkrun.run(argv, cwd=cwd, timeout=300)
     return proc.returncode, proc.stdout, proc.stderr
 
 

@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import forkrun
 import numpy as np
 import pytest
 import timm
@@ -81,9 +82,7 @@ def test_typer_usage_error_under_json_is_an_error_object(cli) -> None:
 
 def test_usage_error_through_the_console_script(tmp_path: Path) -> None:
     """Off a terminal, as CI runs it: two lines on stderr, nothing on stdout."""
-    proc = subprocess.run(
-        [EXE, "list-modules", "test_resnet", "--depth", "0"], capture_output=True, text=True, cwd=tmp_path
-    )
+    proc = forkrun.run(["list-modules", "test_resnet", "--depth", "0"], cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.splitlines() == [
         "error: --depth 0 is out of range: use 1 or more.",
@@ -397,10 +396,8 @@ def alt_gvt_small(pretrained=False, **kwargs):  # as the Twins repository's gvt.
 def test_twins_plugin_for_old_timm_says_the_alias_needs_no_plugin(tmp_path: Path) -> None:
     """In a subprocess: the plugin registers `alt_gvt_small` over hookdump's alias for that process only."""
     (tmp_path / "gvt.py").write_text(TWINS_FOR_OLD_TIMM)
-    proc = subprocess.run(
-        [EXE, "capture", "--import", "gvt.py", "-m", "alt_gvt_small", "--random-input", "-l", "head"],
-        capture_output=True, text=True, cwd=tmp_path,
-    )  # fmt: skip
+    args = ["capture", "--import", "gvt.py", "-m", "alt_gvt_small", "--random-input", "-l", "head"]
+    proc = forkrun.run(args, cwd=tmp_path)  # a process of its own
     assert proc.returncode == 4, proc.stderr
     paragraph(
         proc.stderr, "ALTGVT.__init__() got an unexpected keyword argument 'pretrained_cfg'",

@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import SKIMAGE_DATA
+from conftest import SKIMAGE_DATA, resumed_and_sharded
 from PIL import Image
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.model_source
 
 from hookdump import api  # noqa: E402
 from hookdump.errors import InputError, LayerError, UsageError  # noqa: E402
@@ -223,3 +224,10 @@ def test_errors_are_one_paragraph(cli, tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setitem(sys.modules, "transformers", None)
     gone = cli("list-modules", "-m", "hf:google/vit-base-patch16-224")
     assert gone.exit_code == 4 and "pip install -e '.[hf]'" in gone.stderr
+
+
+def test_resume_and_shards_give_the_uninterrupted_values(vit: Path, captured: Path, tmp_path: Path) -> None:
+    photos = [str(SKIMAGE_DATA / p) for p in PHOTOS]
+    expected = np.load(captured / "vit.layers.1.npy")
+    for how, got in resumed_and_sharded(f"hf:{vit}", photos, "vit.layers.1", tmp_path).items():
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5, err_msg=how)

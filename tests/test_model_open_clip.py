@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import SKIMAGE_DATA
+from conftest import SKIMAGE_DATA, resumed_and_sharded
 from PIL import Image
 
 open_clip = pytest.importorskip("open_clip")
+pytestmark = pytest.mark.model_source
 
 from hookdump import api  # noqa: E402
 from hookdump.errors import LayerError, UsageError  # noqa: E402
@@ -189,3 +190,12 @@ def test_errors_are_one_paragraph(
     monkeypatch.setitem(sys.modules, "open_clip", None)
     gone = cli("list-modules", "-m", MODEL)
     assert gone.exit_code == 4 and "pip install -e '.[open_clip]'" in gone.stderr
+
+
+def test_resume_and_shards_give_the_uninterrupted_values(
+    clip: tuple[torch.nn.Module, object, Path], captured: Path, tmp_path: Path
+) -> None:
+    photos = [str(SKIMAGE_DATA / p) for p in PHOTOS]
+    spec = ModelSpec(MODEL, checkpoint=clip[2])
+    for how, got in resumed_and_sharded(spec, photos, "visual", tmp_path).items():
+        np.testing.assert_allclose(got, np.load(captured / "visual.npy"), rtol=0, atol=1e-5, err_msg=how)

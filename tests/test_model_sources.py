@@ -16,11 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import forkrun
 import numpy as np
 import pytest
 import torch
 import torchvision
-from conftest import CHECKOUT, SKIMAGE_DATA
+from conftest import CHECKOUT, SKIMAGE_DATA, resumed_and_sharded
 from PIL import Image
 from test_cli_messages import paragraph
 from torch import nn
@@ -32,6 +33,7 @@ from hookdump.errors import HookdumpError, LayerError, UsageError
 from hookdump.inputs.transforms import eval_transform
 from hookdump.model import module_source, torchvision_source
 
+pytestmark = pytest.mark.model_source
 EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 # the layers of the shared capture: a module called twice (@0, @1), a glob, a leaf, the pool and the head
 TV_LAYERS = ["layer1.0.relu", "layer*.0", "layer3.1.bn2", "avgpool", "fc"]
@@ -43,10 +45,7 @@ TV_STEMS = [
 
 def hd(*args: object, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The installed console script, in ``cwd``."""
-    return subprocess.run(
-        [EXE, *map(str, args)], capture_output=True, text=True, timeout=600, cwd=cwd,
-        env={**os.environ, **(env or {})},
-    )  # fmt: skip
+    return forkrun.run(args, cwd=cwd, env={**os.environ, **(env or {})})
 
 
 def seeded_resnet18(seed: int) -> nn.Module:
@@ -398,18 +397,14 @@ def test_a_module_is_untouched_after_an_error_and_after_an_interrupt(chelsea: Pa
         api.capture([str(chelsea)], ["blocks"], model=net, transform=TRANSFORM, out=tmp_path / "a")
     assert "blocks.0, blocks.1" in refused.value.paragraph()
     _assert_untouched(net, before)
-    calls = [0]
 
-    def interrupted(image: Image.Image) -> torch.Tensor:
-        calls[0] += 1
-        if calls[0] > 2:  # the first call is hookdump's look at what the transform makes
-            raise KeyboardInterrupt
-        return TRANSFORM(image)
+    def interrupted(done: int, total: int, written: int) -> None:
+        raise KeyboardInterrupt  # after the first batch reached the disk, while the copy has its hooks on
 
     photos = [str(chelsea), str(SKIMAGE_DATA / "coffee.png")]
-    with pytest.raises(KeyboardInterrupt):  # in the second batch, while the copy has its hooks on
-        api.capture(photos, ["head"], model=net, transform=interrupted, out=tmp_path / "b", grad=True,
-                    batch_size=1, workers=0)  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        api.capture(photos, ["head"], model=net, transform=TRANSFORM, out=tmp_path / "b", grad=True,
+                    batch_size=1, workers=0, on_batch=interrupted)  # fmt: skip
     assert json.loads((tmp_path / "b" / "manifest.json").read_text())["complete"] is False
     _assert_untouched(net, before)
     other = _net()
@@ -418,6 +413,9 @@ def test_a_module_is_untouched_after_an_error_and_after_an_interrupt(chelsea: Pa
     again = dict(model=other, transform=TRANSFORM, out=tmp_path / "b", grad=True, batch_size=1, resume=True)
     with pytest.raises(UsageError, match=r"other options \(model: 'module:"):  # another module's weights
         api.capture(photos, ["head"], **again)
+    wider = T.Compose([T.Resize(48), T.CenterCrop(32), T.ToTensor(), T.Normalize([0.5] * 3, [0.25] * 3)])
+    with pytest.raises(UsageError, match=r"other options \(model: 'module:.*\+transform@sha256:"):
+        api.capture(photos, ["head"], **(again | {"model": net, "transform": wider}))  # another transform
     done = api.capture(photos, ["head"], **(again | {"model": net}))
     assert "resumed after 1 of 2 images" in done.notes
 
@@ -530,3 +528,13 @@ def test_tv_vit_feat_levels_and_reduce_cls_are_the_class_token(chelsea: Path, tm
     assert manifest["model"]["num_prefix_tokens"] == 1 and manifest["model"]["class_token"] is True
     stages = api.plan(["feat:*"], model="tv:resnet18", images=[str(chelsea)])
     assert [t.path for t in stages.targets] == ["layer1", "layer2", "layer3", "layer4"]
+
+
+def test_tv_resume_and_shards_give_the_uninterrupted_values(chelsea: Path, tmp_path: Path) -> None:
+    photos = [str(chelsea), str(SKIMAGE_DATA / "coffee.png"), str(SKIMAGE_DATA / "astronaut.png")]
+    spec = api.ModelSpec("tv:resnet18", seed=3)
+    small = api.InputSpec(tuple(photos), input_size=(3, 64, 64))
+    api.capture(small, ["layer2"], model=spec, out=tmp_path / "whole", batch_size=1, workers=0)
+    expected = np.load(tmp_path / "whole" / "layer2.npy")
+    for how, got in resumed_and_sharded(spec, small, "layer2", tmp_path).items():
+        np.testing.assert_array_equal(got, expected, err_msg=how)  # the same process: the same bits

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forkrun
 import numpy as np
 import pytest
 from conftest import SKIMAGE_DATA
@@ -36,7 +37,7 @@ def _photos(folder: Path, n: int) -> Path:
 def hd(*args: object, kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
     """The real console script; ``kill_at``: SIGKILLed there (``HOOKDUMP_TEST_KILL_AT``)."""
     env = {**os.environ, "HOOKDUMP_TEST_KILL_AT": kill_at or ""}
-    done = subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, env=env, timeout=600)
+    done = forkrun.run(args, env=env)
     if kill_at is not None:
         assert done.returncode == -signal.SIGKILL, done.stderr
     return done

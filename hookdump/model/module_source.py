@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -64,6 +65,22 @@ def state_digest(module: nn.Module) -> str:
         flat = tensor.to("cpu").contiguous().reshape(-1)
         digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
     return digest.hexdigest()
+
+
+def transform_digest(transform: Callable[[Any], Any] | None) -> str | None:
+    """sha256 of what a caller's transform does, so that ``--resume`` refuses another one: its ``repr`` where
+    that describes it (torchvision's ``Compose(Resize(size=256, ...), ...)``), else a function's code,
+    constants, defaults and closure values; None without a transform, or when nothing stable describes it."""
+    if transform is None:
+        return None
+    text = repr(transform)
+    code = getattr(transform, "__code__", None)
+    if code is not None:
+        cells = [c.cell_contents for c in (getattr(transform, "__closure__", None) or ())]
+        text = repr((code.co_code, code.co_consts, code.co_names, transform.__defaults__, cells))
+    if re.search(r" at 0x[0-9a-fA-F]+", text):  # an object's address: not the same in another run
+        return None
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def meta_copy(module: nn.Module) -> nn.Module:

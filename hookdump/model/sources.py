@@ -97,6 +97,7 @@ def _module(spec: ModelSpec) -> Source:
     assert module is not None
     digest = module_source.state_digest(module)
     klass = module_source.class_name(module)
+    shown = module_source.transform_digest(spec.transform)  # --resume refuses another transform
 
     def preprocess(needed: tuple[str, ...]) -> tuple[dict[str, Any] | None, list[str]]:
         module_source.require_preprocessing(spec, needed)
@@ -112,8 +113,8 @@ def _module(spec: ModelSpec) -> Source:
         load=lambda: (module_source.real_copy(module, spec.name), [f"weights: the module's own ({klass})"]),
         check_weights=check_weights,
         preprocess=preprocess,
-        record={"source": "module", "class": klass, "state_dict_sha256": digest},
-        rerun=f"{spec.name}@sha256:{digest[:16]}",
+        record={"source": "module", "class": klass, "state_dict_sha256": digest, "transform_sha256": shown},
+        rerun=f"{spec.name}@sha256:{digest[:16]}" + (f"+transform@sha256:{shown[:16]}" if shown else ""),
     )
 
 
