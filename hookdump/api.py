@@ -1,4 +1,4 @@
-"""The Python API: ``list_modules`` and ``capture`` return dataclasses and never print."""
+"""The Python API: ``list_modules``, ``capture`` and ``diff`` return dataclasses and never print."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import torch
 
 from . import units
+from .analysis.diff import DiffResult, diff
 from .capture import budget, header, parallel, reduce, run
 from .capture.options import CaptureOptions
 from .capture.results import CapturePlan, CaptureResult, ModuleTree, from_manifest
@@ -36,10 +37,12 @@ __all__ = [
     "CaptureOptions",
     "CapturePlan",
     "CaptureResult",
+    "DiffResult",
     "InputSpec",
     "ModelSpec",
     "ModuleTree",
     "capture",
+    "diff",
     "list_modules",
     "plan",
 ]

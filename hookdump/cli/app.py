@@ -330,6 +330,41 @@ def report(
     typer.echo(render.as_json(written.as_dict()) if json_out else written.summary())
 
 
+@app.command("diff")
+def diff_command(
+    a: Annotated[Path, typer.Argument(metavar="A", help="A finished capture folder (the reference).")],
+    b: Annotated[Path, typer.Argument(metavar="B", help="The capture folder to check against A.")],
+    atol: Annotated[float, typer.Option(help="Absolute tolerance: |a - b| <= atol + rtol * |b|.")] = 1e-8,
+    rtol: Annotated[float, typer.Option(help="Relative tolerance (numpy.isclose's defaults).")] = 1e-5,
+    maps: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--map", metavar="PATTERN=REPLACEMENT", help="Rename A's tensors (a regex). Repeatable."
+        ),
+    ] = None,
+    only_common: Annotated[
+        bool, typer.Option("--only-common", help="Tensors on one side only do not count as a difference.")
+    ] = False,
+    allow_different_inputs: Annotated[
+        bool, typer.Option("--allow-different-inputs", help="Compare even when the inputs' sha256 differ.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Compare two captures tensor by tensor; exit 1 when any differs (as diff and cmp), naming the first."""
+    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
+    from ..analysis.diff import diff
+    from . import render
+
+    found = diff(
+        a, b, atol=atol, rtol=rtol, maps=maps or (), only_common=only_common,
+        allow_different_inputs=allow_different_inputs,
+    )  # fmt: skip
+    render.notes(found.notes)
+    typer.echo(render.as_json(found.as_dict()) if json_out else found.summary())
+    if found.differs:
+        raise typer.Exit(1)
+
+
 @app.command()
 def show(
     files: Annotated[
