@@ -1,4 +1,4 @@
-"""The Python API: ``list_modules``, ``capture`` and ``diff`` return dataclasses and never print."""
+"""The Python API: ``list_modules``, ``capture``, ``diff``, ``compare`` return dataclasses and never print."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 
 from . import units
 from .analysis.diff import DiffResult, diff
+from .analysis.similarity import Similarity, compare
 from .capture import budget, header, parallel, reduce, run
 from .capture.options import CaptureOptions
 from .capture.results import CapturePlan, CaptureResult, ModuleTree, from_manifest
@@ -41,7 +42,9 @@ __all__ = [
     "InputSpec",
     "ModelSpec",
     "ModuleTree",
+    "Similarity",
     "capture",
+    "compare",
     "diff",
     "list_modules",
     "plan",

@@ -365,6 +365,43 @@ def diff_command(
         raise typer.Exit(1)
 
 
+@app.command("compare")
+def compare_command(
+    a: Annotated[Path, typer.Argument(metavar="A", help="A finished capture folder.")],
+    b: Annotated[
+        Path | None, typer.Argument(metavar="[B]", help="A second capture of the same inputs (else A again).")
+    ] = None,
+    layers: Annotated[
+        list[str] | None,
+        typer.Option("--layers", help="Tensors to compare: names, globs, re:REGEX. Repeatable."),
+    ] = None,
+    metric: Annotated[str, typer.Option(help="cka (linear CKA) or rsa (RDMs compared).")] = "cka",
+    biased: Annotated[bool, typer.Option("--biased", help="CKA from the classic, biased HSIC.")] = False,
+    distance: Annotated[str, typer.Option(help="RSA: correlation or euclidean distance.")] = "correlation",
+    method: Annotated[str, typer.Option(help="RSA: compare RDMs by spearman or tau-a.")] = "spearman",
+    rdm_only: Annotated[bool, typer.Option("--rdm-only", help="Only write the RDMs (.npy).")] = False,
+    png: Annotated[bool, typer.Option("--png", help="Draw the matrix as a labelled heat map.")] = False,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Folder for the PNG and RDMs (default: A/compare).")
+    ] = None,
+    allow_different_inputs: Annotated[
+        bool, typer.Option("--allow-different-inputs", help="Compare even when the inputs' sha256 differ.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Layer x layer similarity (CKA or RSA) of one capture, or of two on the same inputs."""
+    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
+    from ..analysis.similarity import compare
+    from . import render
+
+    found = compare(
+        a, b, layers=layers, metric=metric, biased=biased, distance=distance, method=method, png=png, out=out,
+        rdm_only=rdm_only, allow_different_inputs=allow_different_inputs,
+    )  # fmt: skip
+    render.notes(found.notes)
+    typer.echo(render.as_json(found.as_dict()) if json_out else found.summary())
+
+
 @app.command()
 def show(
     files: Annotated[
