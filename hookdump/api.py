@@ -1,4 +1,4 @@
-"""The Python API: ``list_modules``, ``capture``, ``diff``, ``compare`` return dataclasses and never print."""
+"""The Python API: every command as a function that returns dataclasses and never prints."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 from . import units
 from .analysis.diff import DiffResult, diff
 from .analysis.similarity import Similarity, compare
+from .analysis.top import TopResult, top
 from .capture import budget, header, parallel, reduce, run
 from .capture.options import CaptureOptions
 from .capture.results import CapturePlan, CaptureResult, ModuleTree, from_manifest
@@ -43,11 +44,13 @@ __all__ = [
     "ModelSpec",
     "ModuleTree",
     "Similarity",
+    "TopResult",
     "capture",
     "compare",
     "diff",
     "list_modules",
     "plan",
+    "top",
 ]
 
 

@@ -402,6 +402,32 @@ def compare_command(
     typer.echo(render.as_json(found.as_dict()) if json_out else found.summary())
 
 
+@app.command("top")
+def top_command(
+    out: Annotated[Path, typer.Argument(metavar="OUT", help="The --out folder of a finished capture.")],
+    layer: Annotated[str, typer.Option("--layer", "-l", help="The tensor (layer1, blocks.3).")],
+    channel: Annotated[int | None, typer.Option(min=0, help="One channel.")] = None,
+    channels: Annotated[
+        str | None, typer.Option(help="Channels A:B (half-open); default the first 16.")
+    ] = None,
+    k: Annotated[int, typer.Option("-k", "--k", min=1, help="Inputs per channel.")] = 9,
+    by: Annotated[str, typer.Option(help="Rank by the max or the mean of each channel's map.")] = "max",
+    sheets: Annotated[
+        Path | None, typer.Option("--sheets", help="Folder of the contact sheets (default OUT/top/LAYER).")
+    ] = None,
+    no_png: Annotated[bool, typer.Option("--no-png", help="Rank only; draw no contact sheet.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Each channel's k inputs of largest activation, with a contact sheet of the maps over the photos."""
+    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
+    from ..analysis.top import top
+    from . import render
+
+    found = top(out, layer, channel=channel, channels=channels, k=k, by=by, sheets=sheets, png=not no_png)
+    render.notes(found.notes)
+    typer.echo(render.as_json(found.as_dict()) if json_out else found.summary())
+
+
 @app.command()
 def show(
     files: Annotated[
