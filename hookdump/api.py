@@ -1,4 +1,4 @@
-"""The Python API: ``list_modules`` and ``capture`` return dataclasses and never print."""
+"""The Python API: every command as a function that returns dataclasses and never prints."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ from typing import Any, TypeVar
 import torch
 
 from . import units
+from .analysis.diff import DiffResult, diff
+from .analysis.similarity import Similarity, compare
+from .analysis.top import TopResult, top
 from .capture import budget, header, parallel, reduce, run
 from .capture.options import CaptureOptions
 from .capture.results import CapturePlan, CaptureResult, ModuleTree, from_manifest
@@ -36,12 +39,18 @@ __all__ = [
     "CaptureOptions",
     "CapturePlan",
     "CaptureResult",
+    "DiffResult",
     "InputSpec",
     "ModelSpec",
     "ModuleTree",
+    "Similarity",
+    "TopResult",
     "capture",
+    "compare",
+    "diff",
     "list_modules",
     "plan",
+    "top",
 ]
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What a CI job that uses hookdump looks like: a pre-flight check, a capture from a preset in configs/, the
-# shapes read from the manifest (python, and jq when present), and a job that fails on a layer that never
-# fires. Writes only to a temporary folder. HOOKDUMP=path/to/hookdump overrides the venv's console script.
+# shapes read from the manifest (python, and jq when present), a job that fails on a layer that never
+# fires, and golden activations diffed against a new capture. Writes only to a temporary folder.
+# HOOKDUMP=path/to/hookdump overrides the venv's console script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hd="${HOOKDUMP:-.venv/bin/hookdump}"
@@ -42,4 +43,21 @@ assert code == 3 and error["kind"] == "layer" and error["exit_code"] == 3, (code
 print(f"exit {code}: {error['error']}")
 PY
 test ! -e "$work/bad"
+
+echo "== golden activations: captured once, then every run diffed against them (exit 1 when a tensor moved)"
+"$hd" capture --config configs/golden-resnet18.toml -o "$work/golden" --quiet
+"$hd" capture --config configs/golden-resnet18.toml -o "$work/now" --quiet
+"$hd" diff "$work/golden" "$work/now"
+"$hd" capture --config configs/golden-resnet18.toml --dtype bfloat16 -o "$work/bf16" --quiet
+set +e
+"$hd" diff "$work/golden" "$work/bf16" --atol 1e-5 --rtol 1e-4 --json > "$work/diff.json"
+code=$?
+set -e
+"$py" - "$work/diff.json" "$code" <<'PY'
+import json, sys
+
+found, code = json.load(open(sys.argv[1])), int(sys.argv[2])
+assert code == 1 and found["differs"] and found["first_divergence"] == "conv1", (code, found)
+print(f"exit {code}: first divergence {found['first_divergence']}")
+PY
 echo "ci-example: ok"

@@ -3,8 +3,9 @@ cycle, and an import inside a function is there for speed and says so. Read from
 ``ast`` (every import counts: at module level, inside functions, under ``TYPE_CHECKING``).
 
 The wings, bottom to top (docs/architecture.md): the ground (``errors``, ``units``, ``failures``,
-``digest``, ``version``), then ``model``, ``inputs``, ``store``, ``capture``; ``pictures`` and ``report``
-read the store; ``api`` (with the package's ``__init__``) over them all, ``cli`` at the top.
+``digest``, ``version``), then ``model``, ``inputs``, ``store``, ``capture``; ``pictures``, ``analysis`` and
+``report`` read the store (the report also draws ``analysis``' sections); ``api`` (with the package's
+``__init__``) over them all, ``cli`` at the top.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     "store": {"ground", "model", "inputs"},
     "capture": {"ground", "model", "inputs", "store"},
     "pictures": {"ground", "inputs", "store"},
-    "report": {"ground", "inputs", "store", "pictures"},
-    "api": {"ground", "model", "inputs", "store", "capture", "pictures", "report"},
-    "cli": {"ground", "model", "inputs", "store", "capture", "pictures", "report", "api"},
+    "analysis": {"ground", "inputs", "store", "pictures"},
+    "report": {"ground", "inputs", "store", "pictures", "analysis"},
+    "api": {"ground", "model", "inputs", "store", "capture", "pictures", "analysis", "report"},
+    "cli": {"ground", "model", "inputs", "store", "capture", "pictures", "analysis", "report", "api"},
 }
 
 

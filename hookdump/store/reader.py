@@ -206,6 +206,14 @@ def safetensors_tensor(
         raise InputError(f"`{file}` is cut short or damaged at `{key}`: {exc}", fix) from exc
 
 
+def floats(chunk: np.ndarray[Any, Any], bfloat16: bool = False) -> np.ndarray[Any, Any]:
+    """A chunk of what :meth:`Capture.bits` gave as float64 values: bfloat16 bits widened exactly (no torch),
+    any other dtype as numpy converts it. For reading a tensor piece by piece (``hookdump diff``)."""
+    if bfloat16:
+        return (chunk.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return np.asarray(chunk, dtype=np.float64)
+
+
 def read_manifest(out: Path) -> dict[str, Any] | None:
     """The folder's manifest.json as it is (finished or not), or None when absent or unreadable: for the
     checks before a run writes there, and for show's look at a loose file beside one."""

@@ -1,0 +1,200 @@
+"""``hookdump diff A B``: two captures compared tensor by tensor, streamed through their memory-mapped files
+in chunks (two 50 GB captures in bounded memory): shape, dtype, largest absolute and relative error, cosine
+similarity, the fraction of elements out of tolerance, and the first tensor, in the manifest's order (the
+order the hooked modules run in), that diverges."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError
+from ..store.reader import Capture, floats
+from .captures import check_inputs, open_capture, pair_names
+
+CHUNK = 1 << 20  # elements of each side read at a time (8 MB in float64)
+
+
+@dataclass
+class TensorDiff:
+    """One tensor of A against its partner in B. ``status``: ``same`` (every element equal), ``close``
+    (within tolerance), ``differs``, or ``shape`` (the shapes differ: nothing else compared)."""
+
+    name: str
+    other: str
+    shape_a: list[int]
+    shape_b: list[int]
+    dtype_a: str
+    dtype_b: str
+    status: str
+    max_abs: float | None = None
+    max_rel: float | None = None
+    cosine: float | None = None  # None when one side is all zeros (1 when both are)
+    out_of_tolerance: float | None = None  # a fraction of the elements
+    elements: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("same", "close")
+
+
+@dataclass
+class DiffResult:
+    """What ``diff`` found; ``differs`` is what exit code 1 says."""
+
+    a: Path
+    b: Path
+    atol: float
+    rtol: float
+    tensors: list[TensorDiff]
+    only_a: list[str]
+    only_b: list[str]
+    only_common: bool
+    first_divergence: str | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def differs(self) -> bool:
+        one_sided = bool(self.only_a or self.only_b) and not self.only_common
+        return one_sided or any(not t.ok for t in self.tensors)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "a": str(self.a), "b": str(self.b), "atol": self.atol, "rtol": self.rtol,
+            "differs": self.differs, "first_divergence": self.first_divergence,
+            "tensors": [{k: _finite(v) for k, v in asdict(t).items()} for t in self.tensors],
+            "only_a": self.only_a, "only_b": self.only_b, "notes": self.notes,
+        }  # fmt: skip
+
+    def summary(self) -> str:
+        """One aligned line per tensor, the tensors on one side only, and the verdict."""
+        rows = [("tensor", "shape", "dtype", "max abs", "max rel", "cosine", "out of tol", "")]
+        for t in self.tensors:
+            name = t.name if t.name == t.other else f"{t.name} -> {t.other}"
+            shape = (
+                str(tuple(t.shape_a))
+                if t.shape_a == t.shape_b
+                else f"{tuple(t.shape_a)} vs {tuple(t.shape_b)}"
+            )
+            dtype = t.dtype_a if t.dtype_a == t.dtype_b else f"{t.dtype_a} vs {t.dtype_b}"
+            cells = (_num(t.max_abs), _num(t.max_rel), _num(t.cosine, 7), _fraction(t.out_of_tolerance))
+            rows.append((name, shape, dtype, *cells, t.status))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+        lines += [f"only in {self.a}: {n}" for n in self.only_a] + [
+            f"only in {self.b}: {n}" for n in self.only_b
+        ]
+        bad = sum(not t.ok for t in self.tensors)
+        tol = f"|a - b| <= {self.atol:g} + {self.rtol:g} * |b|"
+        if not self.differs:
+            lines.append(f"same: {len(self.tensors)} tensor(s) within {tol}")
+        else:
+            sided = len(self.only_a) + len(self.only_b)
+            lines.append(
+                f"differ: {bad} of {len(self.tensors)} tensor(s) out of {tol}"
+                + (f", {sided} on one side only" if sided else "")
+                + (f"; first divergence: {self.first_divergence}" if self.first_divergence else "")
+            )
+        return "\n".join(lines)
+
+
+def _finite(x: Any) -> Any:
+    """JSON has no infinity: an error that is infinite (NaN or an infinity on one side only) is null."""
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def _num(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}g}"
+
+
+def _fraction(x: float | None) -> str:
+    return "-" if x is None else ("0" if x == 0 else f"{x:.3%}" if x >= 1e-5 else f"{x:.1e}")
+
+
+def diff(
+    a: str | os.PathLike[str],
+    b: str | os.PathLike[str],
+    *,
+    atol: float = 1e-8,
+    rtol: float = 1e-5,
+    maps: Sequence[str] = (),
+    only_common: bool = False,
+    allow_different_inputs: bool = False,
+    chunk: int = CHUNK,
+) -> DiffResult:
+    """Compare every tensor of capture ``a`` with the one of the same name (after ``maps``) in ``b``.
+
+    An element is within tolerance when ``|a - b| <= atol + rtol * |b|`` (``numpy.isclose(a, b)``), NaN
+    matching NaN and an infinity the same infinity.
+    """
+    if atol < 0 or rtol < 0 or not (math.isfinite(atol) and math.isfinite(rtol)):
+        raise UsageError(
+            f"--atol {atol} / --rtol {rtol}: tolerances are finite and >= 0.", "Use e.g. --atol 1e-5."
+        )
+    notes: list[str] = []
+    a, b = Path(a), Path(b)
+    left, right = open_capture(a), open_capture(b)
+    check_inputs(left, right, allow_different_inputs, notes)
+    pairs, only_a, only_b = pair_names(list(left), list(right), maps, notes)
+    if not pairs:
+        raise UsageError(
+            f"`{a}` and `{b}` have no tensor name in common: nothing to compare.",
+            f"Map A's names onto B's with --map 'PATTERN=REPLACEMENT' (A has {', '.join(list(left)[:3])};"
+            f" B has {', '.join(list(right)[:3])}).",
+        )
+    if only_common and (only_a or only_b):
+        notes.append(f"--only-common: {len(only_a) + len(only_b)} tensor(s) on one side only, not compared")
+    tensors = [compare_tensor(left, name, right, other, atol, rtol, chunk) for name, other in pairs]
+    first = next((t.name for t in tensors if not t.ok), None)
+    return DiffResult(a, b, atol, rtol, tensors, only_a, only_b, only_common, first, notes)
+
+
+def compare_tensor(
+    left: Capture, name: str, right: Capture, other: str, atol: float, rtol: float, chunk: int = CHUNK
+) -> TensorDiff:
+    """One pair of tensors, ``chunk`` elements of each at a time."""
+    ea, eb = left.entries[name], right.entries[other]
+    record = TensorDiff(
+        name, other, list(ea["shape"]), list(eb["shape"]), str(ea["dtype"]), str(eb["dtype"]), "shape"
+    )
+    if record.shape_a != record.shape_b:
+        return record
+    (xa, bf_a), (xb, bf_b) = left.bits(name), right.bits(other)
+    xa, xb = xa.reshape(-1), xb.reshape(-1)  # views of the maps: nothing is read yet
+    size = int(xa.shape[0])
+    max_abs = max_rel = 0.0
+    dot = sq_a = sq_b = 0.0
+    bad = unequal = 0
+    for start in range(0, size, chunk):
+        va, vb = floats(xa[start : start + chunk], bf_a), floats(xb[start : start + chunk], bf_b)
+        equal = (va == vb) | (np.isnan(va) & np.isnan(vb))
+        gap = np.abs(va - vb)
+        gap[equal] = 0.0
+        gap[np.isnan(gap)] = np.inf  # NaN on one side only
+        scale = np.abs(vb)
+        infinite = ~equal & (np.isinf(va) | np.isinf(vb))
+        bad += int(np.count_nonzero(infinite | (gap > atol + rtol * scale)))
+        unequal += int(np.count_nonzero(~equal))
+        if gap.size:
+            max_abs = max(max_abs, float(gap.max()))
+            nonzero = scale > 0  # relative to |b| where b is not 0 (else it has no size)
+            if nonzero.any():
+                max_rel = max(max_rel, float((gap[nonzero] / scale[nonzero]).max()))
+        finite = np.isfinite(va) & np.isfinite(vb)
+        fa, fb = va[finite], vb[finite]
+        dot += float(fa @ fb)
+        sq_a += float(fa @ fa)
+        sq_b += float(fb @ fb)
+    record.elements = size
+    record.max_abs, record.max_rel = max_abs, max_rel
+    norm = math.sqrt(sq_a) * math.sqrt(sq_b)
+    record.cosine = dot / norm if norm > 0 else (1.0 if sq_a == sq_b == 0 else None)  # a zero: undefined
+    record.out_of_tolerance = bad / size if size else 0.0
+    record.status = "same" if unequal == 0 else "close" if bad == 0 else "differs"
+    return record

@@ -1,0 +1,83 @@
+"""Gram matrices ``K = X X^T`` of a tensor's ``(N, features)`` view (each input's values flattened, or the
+``(N, C)`` a ``--reduce``d capture holds), accumulated over chunks of the features so that the features are
+never all in memory at once; and whether the ``N x N`` matrices fit in memory, said before any is made."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError
+from ..store.reader import Capture, floats
+from ..units import human_bytes
+
+CHUNK = 1 << 22  # values of X read at a time (32 MB in float64)
+
+
+@dataclass
+class Gram:
+    """``matrix``: ``X X^T`` in float64; ``sums``: each row's sum; ``features``: the columns of X."""
+
+    matrix: np.ndarray[Any, np.dtype[np.float64]]
+    sums: np.ndarray[Any, np.dtype[np.float64]]
+    features: int
+
+
+def gram(capture: Capture, name: str, chunk: int = CHUNK) -> Gram:
+    """The Gram matrix of tensor ``name`` of a capture (memory-mapped: read ``chunk`` values at a time)."""
+    bits, bfloat16 = capture.bits(name)
+    return gram_of(bits, bfloat16, chunk, f"`{name}` of `{capture.path}`")
+
+
+def gram_of(array: np.ndarray[Any, Any], bfloat16: bool = False, chunk: int = CHUNK, what: str = "") -> Gram:
+    """The Gram matrix of ``array`` (batch first) as ``(N, features)``, read ``chunk`` values (whole columns)
+    at a time; ``bfloat16``: the array holds bfloat16 bits (``Capture.bits``)."""
+    n = int(array.shape[0]) if array.ndim else 1
+    x = array.reshape(n, -1)  # a view of the map: nothing read yet
+    features = int(x.shape[1])
+    matrix = np.zeros((n, n))
+    sums = np.zeros(n)
+    step = max(1, chunk // max(n, 1))
+    for start in range(0, features, step):
+        block = floats(x[:, start : start + step], bfloat16)
+        if not np.isfinite(block).all():
+            raise UsageError(
+                f"{what or 'The tensor'} holds NaN or Inf values: its similarity is not defined.",
+                "Leave it out with --layers (hookdump stats shows which tensors hold them).",
+            )
+        matrix += block @ block.T
+        sums += block.sum(axis=1)
+    return Gram(matrix, sums, features)
+
+
+def available_memory() -> int:
+    """Bytes of memory free for this process now (MemAvailable on Linux, else the free pages)."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+def check_fits(inputs: int, matrices: int, per_matrix: int = 2) -> None:
+    """A UsageError when ``matrices`` Gram matrices of ``inputs`` x ``inputs`` float64 (and ``per_matrix``
+    - 1 working copies of one) would take more than half the memory free now."""
+    need = (matrices + per_matrix) * inputs * inputs * 8
+    free = available_memory()
+    if need > free // 2:
+        most = int(math.sqrt(free // 2 / 8 / (matrices + per_matrix)))
+        raise UsageError(
+            f"{matrices} Gram matrices of {inputs} x {inputs} inputs need {human_bytes(need)}; this machine"
+            f" has {human_bytes(free)} free.",
+            f"Compare fewer layers at a time (--layers), or a capture of at most about {most:,} inputs.",
+        )

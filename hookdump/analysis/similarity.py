@@ -1,0 +1,228 @@
+"""``hookdump compare A [B]``: the layer x layer similarity of one capture (each layer against each) or of
+two (two models, or two checkpoints, on the same inputs): linear CKA (unbiased by default) or RSA, a table,
+JSON, a heat map PNG, and under RSA the RDMs as ``.npy`` files in the inputs' order."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError, check_choice
+from ..failures import from_environment
+from ..pictures.heatmap import heatmap
+from ..store.reader import Capture
+from . import cka, rsa
+from .captures import check_inputs, open_capture, select
+from .gram import check_fits, gram
+
+METRICS = ("cka", "rsa")
+
+
+@dataclass
+class Similarity:
+    """``matrix[i][j]``: the similarity of layer ``rows[i]`` (of A) and ``cols[j]`` (of B, or of A again);
+    None where it is not defined. ``how``: the estimator (CKA) or distance and comparison (RSA)."""
+
+    a: Path
+    b: Path | None
+    metric: str
+    how: dict[str, str]
+    inputs: int
+    rows: list[str]
+    cols: list[str]
+    matrix: list[list[float | None]]
+    files: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "a": str(self.a), "b": None if self.b is None else str(self.b), "metric": self.metric, **self.how,
+            "inputs": self.inputs, "rows": self.rows, "cols": self.cols, "matrix": self.matrix,
+            "files": [str(f) for f in self.files], "notes": self.notes,
+        }  # fmt: skip
+
+    def title(self) -> str:
+        what = ", ".join(f"{k} {v}" for k, v in self.how.items())
+        of = f"{self.a} x {self.b}" if self.b is not None else str(self.a)
+        return f"{self.metric.upper()} ({what}) of {of}, {self.inputs} inputs"
+
+    def summary(self) -> str:
+        """The matrix as a table (columns numbered, their names under it), and the files written."""
+        if not self.matrix:  # --rdm-only
+            return "\n".join(
+                [f"RDMs ({self.how['distance']}) of {self.inputs} inputs:"]
+                + [f"wrote {f}" for f in self.files]
+            )
+        same = self.rows == self.cols
+        names = [f"[{i}] {r}" if same else r for i, r in enumerate(self.rows)]
+        width = max(len(r) for r in names)
+        head = " " * (width + 2) + " ".join(f"{f'[{j}]':>6}" for j in range(len(self.cols)))
+        lines = [self.title() + ":", head]
+        for name, row in zip(names, self.matrix, strict=True):
+            cells = " ".join(f"{'-' if v is None else f'{v:.3f}':>6}" for v in row)
+            lines.append(f"{name.ljust(width)}  {cells}")
+        lines += [] if same else [f"[{j}] {c}" for j, c in enumerate(self.cols)]
+        return "\n".join(lines + [f"wrote {f}" for f in self.files])
+
+
+def compare(
+    a: str | os.PathLike[str],
+    b: str | os.PathLike[str] | None = None,
+    *,
+    layers: Sequence[str] | None = None,
+    metric: str = "cka",
+    biased: bool = False,
+    distance: str = "correlation",
+    method: str = "spearman",
+    png: bool = False,
+    out: str | os.PathLike[str] | None = None,
+    rdm_only: bool = False,
+    allow_different_inputs: bool = False,
+) -> Similarity:
+    """The similarity matrix of the layers of ``a`` (against those of ``b``, else of ``a``).
+
+    Args:
+        layers: names, globs or ``re:`` regexes of the tensors to compare (default all), in both captures.
+        metric: ``cka`` (linear CKA; ``biased`` for the classic HSIC) or ``rsa`` (RDMs by ``distance``,
+            ``correlation`` or ``euclidean``, compared by ``method``, ``spearman`` or ``tau-a``).
+        png: draw the matrix as a heat map ``OUT/<metric>.png``.
+        out: where the PNG and the RDMs go (default ``A/compare``); RSA writes ``OUT/rdm/<layer>.npy``
+            (``OUT/rdm/b/`` for B's) and ``OUT/rdm/inputs.json``, the inputs in the RDMs' order.
+        rdm_only: write the RDMs and compare nothing (``rsa`` implied).
+    """
+    check_choice("--metric", metric, METRICS)
+    metric = "rsa" if rdm_only else metric
+    if metric == "rsa":
+        check_choice("--distance", distance, rsa.DISTANCES)
+        check_choice("--method", method, rsa.COMPARISONS)
+    notes: list[str] = []
+    left = open_capture(Path(a))
+    right = open_capture(Path(b)) if b is not None else None
+    if right is not None:
+        check_inputs(left, right, allow_different_inputs, notes)
+    rows = _layers(left, layers, strict=right is None)
+    cols = _layers(right, layers, strict=False) if right is not None else rows
+    n = _inputs(left, rows, right, cols)
+    check_fits(n, len(rows) + (len(cols) if right is not None else 0))
+    folder = Path(out) if out is not None else left.path / "compare"
+    if metric == "cka":
+        how = {"estimator": "biased" if biased else "unbiased"}
+        grid = _cka(left, rows, right, cols, not biased)
+    else:
+        how = {"distance": distance, "method": method}
+        grid, files = _rsa(left, rows, right, cols, distance, method, rdm_only, folder)
+    result = Similarity(
+        Path(a), None if b is None else Path(b), metric, how, n, rows, cols, grid, notes=notes
+    )
+    if metric == "rsa":
+        result.files = files
+    undefined = sorted({rows[i] for i, r in enumerate(grid) for v in r if v is None})
+    if undefined and not rdm_only:
+        notes.append(f"not defined (a layer constant over the inputs, or NaN): {', '.join(undefined)}")
+    if png and not rdm_only:
+        result.files.append(heatmap(grid, rows, cols, result.title(), folder / f"{metric}.png"))
+    return result
+
+
+def _layers(capture: Capture, specs: Sequence[str] | None, strict: bool) -> list[str]:
+    if strict or not specs:
+        return select(list(capture), specs, capture.path)
+    found = [n for spec in specs for n in _lenient(capture, spec)]
+    if not found:
+        raise UsageError(
+            f"--layers matches no tensor of `{capture.path}`.", f"Its tensors: {', '.join(capture)}."
+        )
+    return [n for n in capture if n in set(found)]
+
+
+def _lenient(capture: Capture, spec: str) -> list[str]:
+    try:
+        return select(list(capture), [spec], capture.path)
+    except UsageError:
+        return []  # with two captures, a spec may name the layers of one of them only
+
+
+def _inputs(left: Capture, rows: list[str], right: Capture | None, cols: list[str]) -> int:
+    """The number of inputs, the same for every tensor compared (batch first), else a UsageError."""
+    counts = {(left.path, r): int(left.entries[r]["shape"][0]) for r in rows}
+    if right is not None:
+        counts |= {(right.path, c): int(right.entries[c]["shape"][0]) for c in cols}
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{name} ({count})" for (_, name), count in counts.items())
+        raise UsageError(
+            f"The tensors compared do not hold the same number of inputs: {listed}.",
+            "Pick tensors captured over the same images with --layers.",
+        )
+    return next(iter(counts.values()))
+
+
+def _cka(
+    left: Capture, rows: list[str], right: Capture | None, cols: list[str], unbiased: bool
+) -> list[list[float | None]]:
+    """CKA of every row layer with every column layer, one prepared Gram per layer."""
+    ready_a = [cka.prepare(gram(left, r).matrix, unbiased) for r in rows]
+    ready_b = ready_a if right is None else [cka.prepare(gram(right, c).matrix, unbiased) for c in cols]
+    self_a = [cka.hsic(p, p) for p in ready_a]
+    self_b = self_a if right is None else [cka.hsic(p, p) for p in ready_b]
+    return [
+        [cka.cka(p, q, self_a[i], self_b[j]) for j, q in enumerate(ready_b)] for i, p in enumerate(ready_a)
+    ]
+
+
+def _rsa(
+    left: Capture,
+    rows: list[str],
+    right: Capture | None,
+    cols: list[str],
+    distance: str,
+    method: str,
+    rdm_only: bool,
+    folder: Path,
+) -> tuple[list[list[float | None]], list[Path]]:
+    """The RDMs of every layer, written to ``folder/rdm`` (all or nothing), and compared."""
+    rdms_a = {r: rsa.rdm(gram(left, r), distance) for r in rows}
+    rdms_b = rdms_a if right is None else {c: rsa.rdm(gram(right, c), distance) for c in cols}
+    files = _write_rdms(folder / "rdm", left, rdms_a, None if right is None else rdms_b)
+    if rdm_only:
+        return [], files
+    grid = [[rsa.compare_rdms(rdms_a[r], rdms_b[c], method) for c in cols] for r in rows]
+    return grid, files
+
+
+def _write_rdms(
+    folder: Path, left: Capture, rdms_a: dict[str, np.ndarray[Any, Any]], rdms_b: dict[str, Any] | None
+) -> list[Path]:
+    """``folder/<layer>.npy`` (B's under ``folder/b/``) and ``folder/inputs.json``, replacing the folder
+    whole: staged beside it, then moved."""
+    if folder.exists() and not (folder / "inputs.json").is_file():
+        raise UsageError(
+            f"`{folder}` is in the way: it is not a folder of RDMs that hookdump compare wrote.",
+            "Choose another --out, or move that folder away.",
+        )
+    staged = folder.with_name(f".{folder.name}-{os.getpid()}.partial")
+    written: list[Path] = []
+    try:
+        shutil.rmtree(staged, ignore_errors=True)
+        (staged / "b").mkdir(parents=True) if rdms_b is not None else staged.mkdir(parents=True)
+        for sub, rdms in (("", rdms_a), ("b", rdms_b or {})):
+            for name, matrix in rdms.items():
+                np.save(staged / sub / f"{name}.npy", matrix)
+                written.append(folder / sub / f"{name}.npy")
+        order = [{k: i.get(k) for k in ("path", "sha256")} for i in left.inputs]
+        (staged / "inputs.json").write_text(json.dumps(order, indent=1) + "\n")
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(staged, folder)
+    except OSError as exc:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise from_environment(exc) or UsageError(
+            f"Cannot write `{folder}`: {exc}", "Choose another --out."
+        ) from exc
+    return [*written, folder / "inputs.json"]

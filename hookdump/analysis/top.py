@@ -1,0 +1,160 @@
+"""``hookdump top OUT --layer L``: the k inputs with the largest activation of each channel (its map's
+maximum or mean over space; for tokens, over the token positions), found in one streamed pass over the
+capture (a running top-k per channel, one input's maps read at a time: the tensor is never loaded), and a
+contact sheet per channel: each top input as the model saw it with the channel's map over it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError, check_choice
+from ..pictures.contact import contact_sheet, tile
+from ..pictures.grid import _range
+from ..pictures.maps import feature_maps
+from ..store.tensorfile import Loaded, load
+from .captures import open_capture
+
+BY = ("max", "mean")
+DEFAULT_CHANNELS = 16
+
+
+@dataclass
+class ChannelTop:
+    """One channel's top inputs, best first: ``(input index, file, value)``; its contact sheet."""
+
+    channel: int
+    inputs: list[dict[str, Any]]
+    png: Path | None = None
+
+
+@dataclass
+class TopResult:
+    out: Path
+    layer: str
+    by: str
+    k: int
+    channels: list[ChannelTop]
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "out": str(self.out), "layer": self.layer, "by": self.by, "k": self.k,
+            "channels": [
+                {"channel": c.channel, "top": c.inputs, "png": None if c.png is None else str(c.png)}
+                for c in self.channels
+            ],
+            "notes": self.notes,
+        }  # fmt: skip
+
+    def summary(self) -> str:
+        lines = [f"top {self.k} inputs by the {self.by} of each channel of {self.layer} in {self.out}:"]
+        for c in self.channels:
+            best = ", ".join(f"{Path(i['input']).name} {i['value']:.3g}" for i in c.inputs[:3])
+            more = f", ... ({len(c.inputs)})" if len(c.inputs) > 3 else ""
+            lines.append(f"  channel {c.channel}: {best}{more}" + (f"  -> {c.png}" if c.png else ""))
+        return "\n".join(lines)
+
+
+def top(
+    out: str | os.PathLike[str],
+    layer: str,
+    *,
+    channel: int | None = None,
+    channels: str | None = None,
+    k: int = 9,
+    by: str = "max",
+    sheets: str | os.PathLike[str] | None = None,
+    png: bool = True,
+) -> TopResult:
+    """The top ``k`` inputs of each channel of tensor ``layer`` of capture ``out``.
+
+    Args:
+        channel / channels: one channel, or ``A:B`` (half-open); default the first 16.
+        by: ``max`` or ``mean`` of each channel's map of an input.
+        sheets: the folder of the contact sheets (default ``OUT/top/<layer>``), ``channel-<C>.png`` each.
+    """
+    check_choice("--by", by, BY)
+    if k < 1:
+        raise UsageError(f"-k {k}: at least 1 input per channel.", "Use e.g. -k 9.")
+    if channel is not None and channels is not None:
+        raise UsageError("--channel and --channels both given.", "Give one channel, or a range A:B.")
+    capture = open_capture(Path(out))
+    loaded = load(capture.path, layer)
+    first = feature_maps(loaded, 0).maps  # a tensor without maps is refused here, naming it
+    count = int(first.shape[0])
+    picked = _channels(channel, channels, count, layer)
+    best_value, best_index = _running_top(loaded, picked, k, by)
+    notes = [f"-k {k}: the capture holds {loaded.count} inputs"] if k > loaded.count else []
+    inputs = capture.inputs
+    folder = Path(sheets) if sheets is not None else capture.path / "top" / layer
+    result = []
+    for row, c in enumerate(picked):
+        chosen = [
+            {"index": int(i), "input": _name(inputs, int(i)), "value": float(v)}
+            for v, i in zip(best_value[row], best_index[row], strict=True)
+        ]
+        record = ChannelTop(c, chosen)
+        if png:
+            record.png = _sheet(loaded, c, chosen, by, folder / f"channel-{c}.png")
+        result.append(record)
+    return TopResult(capture.path, layer, by, k, result, notes)
+
+
+def _name(inputs: list[dict[str, Any]], i: int) -> str:
+    """Input ``i``'s file as the manifest names it (``input i`` for a random input)."""
+    return str(inputs[i].get("path", f"input {i}")) if i < len(inputs) else f"input {i}"
+
+
+def _channels(channel: int | None, channels: str | None, count: int, layer: str) -> list[int]:
+    if channel is not None:
+        if not 0 <= channel < count:
+            raise UsageError(
+                f"--channel {channel} is outside the {count} channels of {layer}.", f"Use 0 to {count - 1}."
+            )
+        return [channel]
+    start, stop = (
+        _range(channels, count, layer) if channels is not None else (0, min(count, DEFAULT_CHANNELS))
+    )
+    return list(range(start, stop))
+
+
+def _running_top(loaded: Loaded, picked: list[int], k: int, by: str) -> tuple[np.ndarray[Any, Any], ...]:
+    """One pass over the inputs: the best ``k`` (value, input index) per channel, ties to the first input."""
+    rows = np.array(picked)
+    value = np.full((len(picked), 0), -np.inf)
+    index = np.zeros((len(picked), 0), np.int64)
+    batch: list[np.ndarray[Any, Any]] = []
+    start = 0
+    for i in range(loaded.count):
+        maps = feature_maps(loaded, i).maps[rows].reshape(len(picked), -1).astype(np.float64)
+        score = maps.max(axis=1) if by == "max" else maps.mean(axis=1)
+        batch.append(np.where(np.isnan(score), -np.inf, score))
+        if len(batch) == 256 or i == loaded.count - 1:
+            scores = np.stack(batch, axis=1)
+            value = np.concatenate([value, scores], axis=1)
+            index = np.concatenate(
+                [index, np.arange(start, start + scores.shape[1])[None].repeat(len(picked), 0)], axis=1
+            )
+            order = np.lexsort((index, -value), axis=-1)[:, :k]
+            value, index = np.take_along_axis(value, order, 1), np.take_along_axis(index, order, 1)
+            start, batch = i + 1, []
+    return value, index
+
+
+def _sheet(loaded: Loaded, c: int, chosen: list[dict[str, Any]], by: str, out: Path) -> Path:
+    transform = (loaded.manifest or {}).get("transform")
+    tiles, labels = [], []
+    for item in chosen:
+        channel_map = feature_maps(loaded, item["index"]).maps[c]
+        photo = None if item["input"].startswith("input ") else Path(item["input"])
+        if photo is not None and not photo.is_absolute():  # relative to where the capture ran
+            photo = Path((loaded.manifest or {}).get("cwd") or ".") / photo
+        tiles.append(tile(channel_map, photo, transform))
+        labels.append(f"{Path(item['input']).name} {item['value']:.3g}")
+    caption = f"{loaded.stem} channel {c}: top {len(chosen)} inputs by {by}"
+    return contact_sheet(tiles, labels, caption, out)

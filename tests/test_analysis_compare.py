@@ -1,0 +1,249 @@
+"""`hookdump compare`: linear CKA (unbiased and biased) and RSA, checked against oracles written here: the
+CKA formulas in numpy, CKA's invariances, the unbiased estimator near 0 on independent Gaussians, and
+rsatoolbox's RDMs and comparisons on the same data; over real captures of two seeded tiny ViTs (random
+weights, real photos) made by the console script."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import SKIMAGE_DATA
+from PIL import Image
+from rsatoolbox.data import Dataset
+from rsatoolbox.rdm import calc_rdm
+from rsatoolbox.rdm import compare as rsa_compare
+
+from hookdump.analysis import cka, rsa
+from hookdump.analysis.gram import check_fits, gram_of
+from hookdump.errors import UsageError
+
+EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
+PHOTOS = ("chelsea", "coffee", "astronaut", "camera", "brick", "coins", "grass", "horse", "moon", "page")
+VIT = ("-m", "vit_tiny_patch16_224", "--model-arg", "img_size=64", "--input-size", "3,64,64")
+
+
+def hd(*args: object) -> subprocess.CompletedProcess[str]:
+    assert EXE is not None, "the console script is installed with the package"
+    return subprocess.run(
+        [EXE, *map(str, args)], capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+
+
+# --- the oracles, independent of hookdump ------------------------------------------------------------------
+
+
+def centre(k: np.ndarray) -> np.ndarray:
+    n = len(k)
+    h = np.eye(n) - np.ones((n, n)) / n
+    return h @ k @ h
+
+
+def hsic_biased(k: np.ndarray, m: np.ndarray) -> float:
+    return float(np.trace(k @ centre(m))) / (len(k) - 1) ** 2
+
+
+def hsic_unbiased(k: np.ndarray, m: np.ndarray) -> float:
+    """Song et al. 2012, eq. 5, term by term with the diagonals zeroed."""
+    n = len(k)
+    k, m = k - np.diag(np.diag(k)), m - np.diag(np.diag(m))
+    one = np.ones(n)
+    terms = np.trace(k @ m) + (one @ k @ one) * (one @ m @ one) / ((n - 1) * (n - 2))
+    return float(terms - 2 / (n - 2) * (one @ k @ m @ one)) / (n * (n - 3))
+
+
+def cka_numpy(x: np.ndarray, y: np.ndarray, unbiased: bool = True) -> float:
+    x, y = x.reshape(len(x), -1).astype(np.float64), y.reshape(len(y), -1).astype(np.float64)
+    k, m = x @ x.T, y @ y.T
+    h = hsic_unbiased if unbiased else hsic_biased
+    return h(k, m) / np.sqrt(h(k, k) * h(m, m))
+
+
+def cka_hookdump(x: np.ndarray, y: np.ndarray, unbiased: bool = True, chunk: int = 64) -> float | None:
+    p = cka.prepare(gram_of(x, chunk=chunk).matrix, unbiased)
+    q = cka.prepare(gram_of(y, chunk=chunk).matrix, unbiased)
+    return cka.cka(p, q, cka.hsic(p, p), cka.hsic(q, q))
+
+
+# --- the formulas on small cases ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("unbiased", [True, False])
+def test_cka_is_the_formula_on_small_cases(unbiased: bool) -> None:
+    rng = np.random.default_rng(0)
+    for n, fx, fy in ((5, 3, 7), (12, 40, 9), (30, 200, 50)):
+        x = rng.normal(size=(n, fx))
+        y = np.tanh(x @ rng.normal(size=(fx, fy))) + 0.5 * rng.normal(size=(n, fy))
+        got = cka_hookdump(x, y, unbiased)
+        assert got == pytest.approx(cka_numpy(x, y, unbiased), abs=1e-12)
+
+
+def test_cka_invariances() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(24, 16))
+    q, _ = np.linalg.qr(rng.normal(size=(16, 16)))  # an orthogonal transform
+    for unbiased in (True, False):
+        assert cka_hookdump(x, x, unbiased) == pytest.approx(1.0, abs=1e-12)
+        assert cka_hookdump(x, x @ q, unbiased) == pytest.approx(1.0, abs=1e-12)
+        assert cka_hookdump(x, 7.5 * x, unbiased) == pytest.approx(1.0, abs=1e-12)
+        assert cka_hookdump(x, -0.01 * (x @ q), unbiased) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_unbiased_cka_is_near_0_on_independent_gaussians_where_the_biased_is_not() -> None:
+    rng = np.random.default_rng(2)
+    unbiased, biased = [], []
+    for _ in range(20):
+        x, y = rng.normal(size=(32, 500)), rng.normal(size=(32, 500))
+        unbiased.append(cka_hookdump(x, y, True, chunk=4096))
+        biased.append(cka_hookdump(x, y, False, chunk=4096))
+        assert unbiased[-1] == pytest.approx(cka_numpy(x, y, True), abs=1e-12)
+        assert biased[-1] == pytest.approx(cka_numpy(x, y, False), abs=1e-12)
+    u, b = np.array(unbiased), np.array(biased)
+    print(f"N=32, 500 features, 20 draws: unbiased {u.mean():+.4f} (sd {u.std():.4f}), biased {b.mean():.4f}")
+    assert abs(u.mean()) < 0.03 and np.abs(u).max() < 0.2
+    assert b.min() > 0.9  # the classic estimator's bias at N << features
+
+
+def test_too_few_inputs_or_too_little_memory_is_said() -> None:
+    with pytest.raises(UsageError, match="at least 4 inputs"):
+        cka.prepare(np.eye(3))
+    with pytest.raises(UsageError, match=r"Gram matrices of 1000000 x 1000000 inputs need .*free") as error:
+        check_fits(1_000_000, 12)
+    assert "--layers" in error.value.hint
+
+
+def test_rsa_figures_are_rsatoolboxs_on_the_same_data() -> None:
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(15, 60))
+    y = x[:, :30] ** 2 + rng.normal(size=(15, 30))
+    worst = 0.0
+    for distance in rsa.DISTANCES:
+        mine = [rsa.rdm(gram_of(v, chunk=50), distance) for v in (x, y)]
+        theirs = [calc_rdm(Dataset(v), method=distance).get_matrices()[0] for v in (x, y)]
+        if distance == "euclidean":  # rsatoolbox's: the squared distance over the features
+            theirs = [np.sqrt(t * v.shape[1]) for t, v in zip(theirs, (x, y), strict=True)]
+        for m, t in zip(mine, theirs, strict=True):
+            worst = max(worst, float(np.abs(m - t).max()))
+            assert np.allclose(m, t, rtol=1e-9, atol=1e-10)
+        for method in rsa.COMPARISONS:
+            want = rsa_compare(
+                calc_rdm(Dataset(x), method=distance), calc_rdm(Dataset(y), method=distance), method
+            )
+            got = rsa.compare_rdms(mine[0], mine[1], method)
+            assert got == pytest.approx(float(want[0, 0]), abs=1e-10), (distance, method)
+    print(f"RDMs: largest difference from rsatoolbox {worst:.1e}")
+    ties = np.array([0, 1, 1, 2, 2, 2, 3, 0.5, 0.5]), np.array([1, 0, 1, 3, 3, 1, 2, 0, 2])
+    brute = sum(
+        np.sign(ties[0][i] - ties[0][j]) * np.sign(ties[1][i] - ties[1][j])
+        for i in range(9) for j in range(i + 1, 9)
+    )  # fmt: skip
+    assert rsa.tau_a(ties[0].astype(float), ties[1].astype(float)) == pytest.approx(brute / 36)
+
+
+# --- through the console script, on real captures -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def vits(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two tiny ViTs of different seeds, every block, over ten real photos."""
+    root = tmp_path_factory.mktemp("compare")
+    photos = root / "photos"
+    photos.mkdir()
+    for name in PHOTOS:
+        shutil.copy(SKIMAGE_DATA / f"{name}.png", photos / f"{name}.png")
+    outs = []
+    for seed in (0, 1):
+        done = hd("capture", *VIT, "-l", "blocks.*", photos, "--seed", seed, "-o", root / f"vit{seed}", "-q")
+        assert done.returncode == 0, done.stderr
+        outs.append(root / f"vit{seed}")
+    return outs[0], outs[1]
+
+
+def _blocks(out: Path) -> dict[str, np.ndarray]:
+    return {f"blocks.{i}": np.load(out / f"blocks.{i}.npy") for i in range(12)}
+
+
+def test_compare_one_capture_is_the_formula_with_a_heat_map(vits: tuple[Path, Path], tmp_path: Path) -> None:
+    a, _ = vits
+    done = hd("compare", a, "--png", "--out", tmp_path / "cmp", "--json")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["metric"] == "cka" and found["estimator"] == "unbiased" and found["inputs"] == len(PHOTOS)
+    blocks = _blocks(a)
+    assert found["rows"] == found["cols"] == list(blocks)
+    want = np.array([[cka_numpy(blocks[r], blocks[c]) for c in blocks] for r in blocks])
+    assert np.abs(np.array(found["matrix"]) - want).max() < 1e-9
+    png = tmp_path / "cmp" / "cka.png"
+    assert found["files"] == [str(png)]
+    with Image.open(png) as picture:
+        assert picture.format == "PNG" and picture.width > 12 * 40 and picture.height > 12 * 40
+    table = hd("compare", a, "--layers", "blocks.0", "--layers", "blocks.1?")
+    lines = table.stdout.splitlines()
+    assert lines[0] == f"CKA (estimator unbiased) of {a}, 10 inputs:"
+    assert [line.split()[1] for line in lines[2:]] == ["blocks.0", "blocks.10", "blocks.11"]
+    assert lines[2].split()[2] == "1.000"
+
+
+def test_compare_two_captures_biased_and_rsa_against_rsatoolbox(
+    vits: tuple[Path, Path], tmp_path: Path
+) -> None:
+    a, b = vits
+    done = hd("compare", a, b, "--biased", "--layers", "blocks.[05]", "--layers", "blocks.11", "--json")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    ba, bb = _blocks(a), _blocks(b)
+    names = ["blocks.0", "blocks.5", "blocks.11"]
+    assert found["rows"] == found["cols"] == names and found["estimator"] == "biased"
+    want = [[cka_numpy(ba[r], bb[c], unbiased=False) for c in names] for r in names]
+    assert np.abs(np.array(found["matrix"]) - want).max() < 1e-9
+    rdm = hd(
+        "compare",
+        a,
+        b,
+        "--metric",
+        "rsa",
+        "--method",
+        "tau-a",
+        "--layers",
+        "blocks.[05]",
+        "-o",
+        tmp_path / "r",
+        "--json",
+    )
+    assert rdm.returncode == 0, rdm.stderr
+    got = json.loads(rdm.stdout)
+    order = json.loads((tmp_path / "r" / "rdm" / "inputs.json").read_text())
+    assert [Path(i["path"]).stem for i in order] == sorted(PHOTOS)  # the inputs' order, as captured
+    theirs = {}
+    for side, blocks, folder in (("a", ba, tmp_path / "r" / "rdm"), ("b", bb, tmp_path / "r" / "rdm" / "b")):
+        for name in ("blocks.0", "blocks.5"):
+            flat = blocks[name].reshape(len(PHOTOS), -1).astype(np.float64)
+            theirs[side, name] = calc_rdm(Dataset(flat), method="correlation")
+            saved = np.load(folder / f"{name}.npy")
+            assert np.abs(saved - theirs[side, name].get_matrices()[0]).max() < 1e-9
+    for i, r in enumerate(("blocks.0", "blocks.5")):
+        for j, c in enumerate(("blocks.0", "blocks.5")):
+            want_tau = float(rsa_compare(theirs["a", r], theirs["b", c], method="tau-a")[0, 0])
+            assert got["matrix"][i][j] == pytest.approx(want_tau, abs=1e-12)
+
+
+def test_compare_refuses_what_it_cannot_compare_rightly(cli, vits: tuple[Path, Path], tmp_path: Path) -> None:
+    a, _ = vits
+    wrong = cli("compare", a, "--layers", "block.0")
+    assert wrong.exit_code == 2 and "matches no tensor" in wrong.stderr and "blocks.0" in wrong.stderr
+    metric = cli("compare", a, "--metric", "cca")
+    assert metric.exit_code == 2 and "--metric `cca` is not one of cka, rsa" in metric.stderr
+    (tmp_path / "taken" / "rdm").mkdir(parents=True)
+    taken = cli("compare", a, "--rdm-only", "--layers", "blocks.0", "-o", tmp_path / "taken")
+    assert taken.exit_code == 2 and "is in the way" in taken.stderr
+    only = cli("compare", a, "--rdm-only", "--layers", "blocks.0", "-o", tmp_path / "only")
+    assert only.exit_code == 0 and sorted(p.name for p in (tmp_path / "only" / "rdm").iterdir()) == [
+        "blocks.0.npy", "inputs.json",
+    ]  # fmt: skip
