@@ -231,10 +231,7 @@ def plan(
         targets += [layers.LayerTarget(drop) for drop in drops]
         save_as = {drop: (owner, "attn") for drop, owner in drops.items()}
         notes += attention.notes(drops, found)
-        notes.append(
-            f"--attention: fused attention turned off in {max(unfused, default=0)} module(s) (the same math,"
-            f" step by step); the weights of {len(drops)} attention module(s) are saved as <module>.attn"
-        )
+        notes.append(attention.summary(typed, max(unfused, default=0), drops))
     if opts.target is not None and not opts.grad:
         notes.append(f"--target {opts.target} is ignored without --grad (no gradient is computed)")
     record = {}

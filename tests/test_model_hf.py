@@ -57,6 +57,7 @@ def captured(vit: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert proc.returncode == 0, proc.stderr
     assert "vit.layers.1.attention.attn.npy" in proc.stdout and "(2, 2, 17, 17)" in proc.stdout
     assert "weights: " + str(vit / "model.safetensors") in proc.stderr
+    assert "the 1 hooked attention module(s) run transformers' eager path" in proc.stderr  # not the other
     return out
 
 
