@@ -360,7 +360,10 @@ def test_a_module_capture_equals_hand_hooks_and_leaves_the_module_as_it_was(
     model = manifest["model"]
     assert model["source"] == "module" and model["class"] == f"{Net.__module__}.Net" and model["seed"] is None
     assert model["state_dict_sha256"] == module_source.state_digest(net) == _digest(net)
-    assert manifest["options"]["model"] == f"module:{Net.__module__}.Net@sha256:{_digest(net)[:16]}"
+    shown = hashlib.sha256(repr(TRANSFORM).encode()).hexdigest()[:16]  # Compose's repr names every step
+    assert manifest["options"]["model"] == f"module:{Net.__module__}.Net@sha256:{_digest(net)[:16]}" + (
+        f"+transform@sha256:{shown}"
+    )
     assert manifest["transform"]["input_size"] == [3, 32, 32]
     assert manifest["transform"]["callable"].startswith("Compose(")
     shown = cli("show", result.out, "--key", "blocks.1", "--overlay", chelsea)  # its crop is not known
