@@ -5,13 +5,13 @@ weights, real photos) made by the console script."""
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+import forkrun
 import numpy as np
 import pytest
 from conftest import SKIMAGE_DATA
@@ -24,17 +24,13 @@ from hookdump.analysis import cka, rsa
 from hookdump.analysis.gram import check_fits, gram_of
 from hookdump.errors import UsageError
 
-EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 PHOTOS = ("chelsea", "coffee", "astronaut", "camera", "brick", "coins", "grass", "horse", "moon", "page")
 VIT = ("-m", "vit_tiny_patch16_224", "--model-arg", "img_size=64", "--input-size", "3,64,64")
 
 
 def hd(*args: object) -> subprocess.CompletedProcess[str]:
-    assert EXE is not None, "the console script is installed with the package"
-    return subprocess.run(
-        [EXE, *map(str, args)], capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+    """The console script, forked from a server that imported it once (``forkrun``)."""
+    return forkrun.run(args, timeout=600)
 
 
 # --- the oracles, independent of hookdump ------------------------------------------------------------------
@@ -180,10 +176,18 @@ def test_compare_one_capture_is_the_formula_with_a_heat_map(vits: tuple[Path, Pa
     assert found["rows"] == found["cols"] == list(blocks)
     want = np.array([[cka_numpy(blocks[r], blocks[c]) for c in blocks] for r in blocks])
     assert np.abs(np.array(found["matrix"]) - want).max() < 1e-9
-    png = tmp_path / "cmp" / "cka.png"
-    assert found["files"] == [str(png)]
+    png, record = tmp_path / "cmp" / "cka.png", tmp_path / "cmp" / "cka.json"
+    assert found["files"] == [str(png), str(record)]
     with Image.open(png) as picture:
         assert picture.format == "PNG" and picture.width > 12 * 40 and picture.height > 12 * 40
+    kept = json.loads(record.read_text())  # beside the picture: what --json printed, for `hookdump report`
+    assert kept["hookdump_result"] == "compare" and kept["png"] == "cka.png"
+    assert (
+        kept["matrix"] == found["matrix"]
+        and kept["rows"] == found["rows"]
+        and kept["b_manifest_sha256"] is None
+    )
+    assert kept["a_manifest_sha256"] == hashlib.sha256((a / "manifest.json").read_bytes()).hexdigest()
     table = hd("compare", a, "--layers", "blocks.0", "--layers", "blocks.1?")
     lines = table.stdout.splitlines()
     assert lines[0] == f"CKA (estimator unbiased) of {a}, 10 inputs:"

@@ -21,6 +21,7 @@ from ..store.reader import Capture
 from . import cka, rsa
 from .captures import check_inputs, open_capture, select
 from .gram import check_fits, gram
+from .results import COMPARE_FOLDER, compare_json, write_result
 
 METRICS = ("cka", "rsa")
 
@@ -92,7 +93,8 @@ def compare(
         layers: names, globs or ``re:`` regexes of the tensors to compare (default all), in both captures.
         metric: ``cka`` (linear CKA; ``biased`` for the classic HSIC) or ``rsa`` (RDMs by ``distance``,
             ``correlation`` or ``euclidean``, compared by ``method``, ``spearman`` or ``tau-a``).
-        png: draw the matrix as a heat map ``OUT/<metric>.png``.
+        png: draw the matrix as a heat map ``OUT/<metric>.png``, and write ``OUT/<metric>.json`` beside it
+            (what ``as_dict`` gives, and the manifests' sha256), which ``hookdump report`` shows.
         out: where the PNG and the RDMs go (default ``A/compare``); RSA writes ``OUT/rdm/<layer>.npy``
             (``OUT/rdm/b/`` for B's) and ``OUT/rdm/inputs.json``, the inputs in the RDMs' order.
         rdm_only: write the RDMs and compare nothing (``rsa`` implied).
@@ -111,7 +113,7 @@ def compare(
     cols = _layers(right, layers, strict=False) if right is not None else rows
     n = _inputs(left, rows, right, cols)
     check_fits(n, len(rows) + (len(cols) if right is not None else 0))
-    folder = Path(out) if out is not None else left.path / "compare"
+    folder = Path(out) if out is not None else left.path / COMPARE_FOLDER
     if metric == "cka":
         how = {"estimator": "biased" if biased else "unbiased"}
         grid = _cka(left, rows, right, cols, not biased)
@@ -128,6 +130,11 @@ def compare(
         notes.append(f"not defined (a layer constant over the inputs, or NaN): {', '.join(undefined)}")
     if png and not rdm_only:
         result.files.append(heatmap(grid, rows, cols, result.title(), folder / f"{metric}.png"))
+        result.files.append(folder / compare_json(metric))
+        record = {**result.as_dict(), "png": f"{metric}.png"}
+        write_result(
+            result.files[-1], "compare", record, {"a": left.path, "b": None if right is None else right.path}
+        )
     return result
 
 
