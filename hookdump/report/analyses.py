@@ -61,6 +61,8 @@ def _stale(data: dict[str, Any], key: str, manifest_sha256: str, command: str) -
 def _compare(path: Path, out: Path, data: dict[str, Any], sha: str) -> CompareSection:
     metric = str(data["metric"])
     how: dict[str, str] = {k: str(data[k]) for k in ("estimator", "distance", "method") if k in data}
+    if data.get("reduce", "none") != "none":
+        how["reduce"] = str(data["reduce"])
     matrix = [[None if v is None else float(v) for v in row] for row in data["matrix"]]
     rows, cols = [str(r) for r in data["rows"]], [str(c) for c in data["cols"]]
     if len(matrix) != len(rows) or any(len(row) != len(cols) for row in matrix):
