@@ -5,13 +5,13 @@ weights, real photos) made by the console script."""
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+import forkrun
 import numpy as np
 import pytest
 from conftest import SKIMAGE_DATA
@@ -24,17 +24,14 @@ from hookdump.analysis import cka, rsa
 from hookdump.analysis.gram import check_fits, gram_of
 from hookdump.errors import UsageError
 
-EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 PHOTOS = ("chelsea", "coffee", "astronaut", "camera", "brick", "coins", "grass", "horse", "moon", "page")
 VIT = ("-m", "vit_tiny_patch16_224", "--model-arg", "img_size=64", "--input-size", "3,64,64")
+R18 = ("-m", "resnet18", "--input-size", "3,64,64", "-l", "layer1", "-l", "layer2")
 
 
 def hd(*args: object) -> subprocess.CompletedProcess[str]:
-    assert EXE is not None, "the console script is installed with the package"
-    return subprocess.run(
-        [EXE, *map(str, args)], capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+    """The console script, forked from a server that imported it once (``forkrun``)."""
+    return forkrun.run(args, timeout=600)
 
 
 # --- the oracles, independent of hookdump ------------------------------------------------------------------
@@ -180,10 +177,18 @@ def test_compare_one_capture_is_the_formula_with_a_heat_map(vits: tuple[Path, Pa
     assert found["rows"] == found["cols"] == list(blocks)
     want = np.array([[cka_numpy(blocks[r], blocks[c]) for c in blocks] for r in blocks])
     assert np.abs(np.array(found["matrix"]) - want).max() < 1e-9
-    png = tmp_path / "cmp" / "cka.png"
-    assert found["files"] == [str(png)]
+    png, record = tmp_path / "cmp" / "cka.png", tmp_path / "cmp" / "cka.json"
+    assert found["files"] == [str(png), str(record)]
     with Image.open(png) as picture:
         assert picture.format == "PNG" and picture.width > 12 * 40 and picture.height > 12 * 40
+    kept = json.loads(record.read_text())  # beside the picture: what --json printed, for `hookdump report`
+    assert kept["hookdump_result"] == "compare" and kept["png"] == "cka.png"
+    assert (
+        kept["matrix"] == found["matrix"]
+        and kept["rows"] == found["rows"]
+        and kept["b_manifest_sha256"] is None
+    )
+    assert kept["a_manifest_sha256"] == hashlib.sha256((a / "manifest.json").read_bytes()).hexdigest()
     table = hd("compare", a, "--layers", "blocks.0", "--layers", "blocks.1?")
     lines = table.stdout.splitlines()
     assert lines[0] == f"CKA (estimator unbiased) of {a}, 10 inputs:"
@@ -247,3 +252,62 @@ def test_compare_refuses_what_it_cannot_compare_rightly(cli, vits: tuple[Path, P
     assert only.exit_code == 0 and sorted(p.name for p in (tmp_path / "only" / "rdm").iterdir()) == [
         "blocks.0.npy", "inputs.json",
     ]  # fmt: skip
+
+
+# --- --reduce: each tensor pooled to (N, C) first, as capture --reduce pools it --------------------------
+
+
+@pytest.fixture(scope="module")
+def pooled(vits: tuple[Path, Path]) -> dict[str, Path]:
+    """The first ViT's captures again with --reduce mean and cls (pooled at hook time, in torch), and a
+    resnet18's layer1 and layer2 maps without and with --reduce max."""
+    a, _ = vits
+    root, photos = a.parent, a.parent / "photos"
+    runs = {
+        "vit-mean": (*VIT, "-l", "blocks.*", "--reduce", "mean"),
+        "vit-cls": (*VIT, "-l", "blocks.*", "--reduce", "cls"),
+        "r18": R18,
+        "r18-max": (*R18, "--reduce", "max"),
+    }  # fmt: skip
+    for name, args in runs.items():
+        done = hd("capture", *args, photos, "--seed", 0, "-o", root / name, "-q")
+        assert done.returncode == 0, done.stderr
+    return {name: root / name for name in runs}
+
+
+def test_compare_reduce_pools_as_capture_reduce_does(
+    vits: tuple[Path, Path], pooled: dict[str, Path]
+) -> None:
+    from hookdump.analysis.pool import reduced
+    from hookdump.store.reader import Capture
+
+    a, _ = vits
+    for flat, at_hook, how in ((a, pooled["vit-mean"], "mean"), (a, pooled["vit-cls"], "cls"),
+                               (pooled["r18"], pooled["r18-max"], "max")):  # fmt: skip
+        capture, kept, prefixes = Capture(flat), [], {}
+        for name in capture:
+            mine = reduced(capture, name, how, kept, prefixes)
+            theirs = np.load(at_hook / f"{name}.npy")  # the capture wing's reduce, in torch at hook time
+            assert mine is not None and mine.shape == theirs.shape, name
+            assert np.allclose(mine, theirs, rtol=1e-5, atol=1e-6), (name, np.abs(mine - theirs).max())
+        assert not kept and prefixes == ({f"blocks.{i}": 1 for i in range(12)} if how == "mean" else {})
+        done = hd("compare", flat, "--reduce", how, "--json")
+        assert done.returncode == 0, done.stderr
+        found, same = json.loads(done.stdout), json.loads(hd("compare", at_hook, "--json").stdout)
+        assert found["reduce"] == how and found["rows"] == same["rows"]
+        assert np.abs(np.array(found["matrix"]) - np.array(same["matrix"])).max() < 1e-5
+        # the oracle: numpy's pooling of the files and numpy's CKA
+        arrays = {n: np.load(flat / f"{n}.npy").astype(np.float64) for n in found["rows"]}
+        by_hand = {
+            "mean": lambda x: x[:, 1:].mean(axis=1),  # the class token left out, as timm's avg pool does
+            "cls": lambda x: x[:, 0],
+            "max": lambda x: x.max(axis=(2, 3)),
+        }[how]
+        want = [[cka_numpy(by_hand(arrays[r]), by_hand(arrays[c])) for c in arrays] for r in arrays]
+        assert np.abs(np.array(found["matrix"]) - want).max() < 1e-9
+        if how == "mean":
+            assert "--reduce mean left out the first 1 token(s) of blocks.0, blocks.1," in done.stderr
+    table = hd("compare", pooled["r18"], "--reduce", "max")
+    assert table.stdout.startswith(f"CKA (estimator unbiased, --reduce max) of {pooled['r18']}, 10 inputs:")
+    wrong = hd("compare", a, "--reduce", "median")
+    assert wrong.returncode == 2 and "--reduce `median` is not one of none, mean, max, cls" in wrong.stderr

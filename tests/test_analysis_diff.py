@@ -5,23 +5,23 @@ checked against numpy on the saved files (``numpy.isclose``, the max of ``|a - b
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tracemalloc
 from pathlib import Path
 
+import forkrun
 import numpy as np
 import pytest
 import torch
 from conftest import SKIMAGE_DATA
 from helpers import seeded
+from PIL import Image
 from safetensors.torch import save_file
 
 from hookdump.analysis.diff import diff
 
-EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 GOLDEN = Path(__file__).resolve().parent.parent / "configs" / "golden-resnet18.toml"  # the layers, size, seed
 SHIFT = (
     0.25  # added to layer3.1.bn1's bias: its output moves by exactly this, the layers before it not at all
@@ -29,11 +29,8 @@ SHIFT = (
 
 
 def hd(*args: object) -> subprocess.CompletedProcess[str]:
-    assert EXE is not None, "the console script is installed with the package"
-    return subprocess.run(
-        [EXE, *map(str, args)], capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+    """The console script, forked from a server that imported it once (``forkrun``)."""
+    return forkrun.run(args, timeout=600)
 
 
 def capture(out: Path, photos: Path, *extra: object) -> Path:
@@ -78,6 +75,7 @@ def test_a_capture_against_itself_is_the_same_exit_0(runs: dict[str, Path]) -> N
     assert all(t["max_abs"] == 0 and t["cosine"] == pytest.approx(1.0, abs=1e-12) for t in found["tensors"])
     manifest = json.loads((runs["golden"] / "manifest.json").read_text())  # the preset, as shipped
     assert [t["name"] for t in found["tensors"]] == ["conv1", "layer2", "layer3.1.bn1", "layer4", "fc"]
+    assert [e["order"] for e in manifest["tensors"]] == [0, 1, 2, 3, 4] and found["order"] == "forward"
     assert (
         manifest["transform"]["input_size"] == [3, 128, 128] and manifest["model"]["timm_name"] == "resnet18"
     )
@@ -208,3 +206,77 @@ def test_the_analysis_wing_never_imports_torch() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "False", done.stderr
     assert torch.__version__  # the tests themselves use torch (the seeded weights)
+
+
+# --- the first divergence in the order the modules ran -----------------------------------------------------
+
+
+class Twisted(torch.nn.Module):
+    """Modules defined in one order and run in another: ``early`` is defined after ``late`` and ``act`` but
+    runs first, ``act`` runs twice (after ``early``, after ``late``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.late = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.act = torch.nn.ReLU()
+        self.early = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.head = torch.nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act(self.late(self.act(self.early(x))))
+        return self.head(x.mean(dim=(2, 3)))
+
+
+def _twisted(seed: int, nudge: float = 0.0) -> Twisted:
+    torch.manual_seed(seed)
+    net = Twisted().eval()
+    with torch.no_grad():
+        net.early.bias += nudge  # the later-defined, earlier-run module
+    return net
+
+
+def test_the_first_divergence_is_the_first_module_to_run_not_the_first_defined(tmp_path: Path) -> None:
+    from torchvision import transforms as T
+
+    from hookdump import api
+
+    photos = [str(SKIMAGE_DATA / f"{n}.png") for n in ("chelsea", "coffee")]
+    transform = T.Compose([T.Resize(24), T.CenterCrop(16), T.ToTensor()])
+    layers = ["late", "act", "early", "head"]
+    for name, net in (("a", _twisted(0)), ("b", _twisted(0, nudge=0.5))):
+        api.capture(photos, layers, model=net, transform=transform, out=tmp_path / name)
+    # the oracle: hooks of our own on the same module, in the order torch calls them
+    ran: list[str] = []
+    calls: dict[str, int] = {}
+    net = _twisted(0)
+    for layer in layers:
+
+        def note(module: torch.nn.Module, args: object, out: object, layer: str = layer) -> None:
+            calls[layer] = calls.get(layer, -1) + 1
+            ran.append(f"{layer}@{calls[layer]}" if layer == "act" else layer)
+
+        getattr(net, layer).register_forward_hook(note)
+    with torch.no_grad():
+        net(transform(Image.open(photos[0]).convert("RGB"))[None])
+    assert ran == ["early", "act@0", "late", "act@1", "head"]
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    listed = [Path(e["file"]).stem for e in manifest["tensors"]]
+    assert listed == ["late", "act@0", "act@1", "early", "head"]  # named_modules() order, then the calls
+    assert [Path(e["file"]).stem for e in sorted(manifest["tensors"], key=lambda e: e["order"])] == ran
+    done = hd("diff", tmp_path / "a", tmp_path / "b", "--json")
+    assert done.returncode == 1, done.stderr
+    found = json.loads(done.stdout)
+    assert found["first_divergence"] == "early" and found["order"] == "forward"
+    assert {t["name"] for t in found["tensors"] if t["status"] == "differs"} == set(listed)  # all downstream
+    assert [t["name"] for t in found["tensors"]] == listed  # the table keeps the manifest's order
+    # a manifest without the order (as hookdump wrote them before): the manifest's order, said in a note
+    for side in ("a", "b"):
+        old = shutil.copytree(tmp_path / side, tmp_path / f"old-{side}")
+        data = json.loads((old / "manifest.json").read_text())
+        data["tensors"] = [{k: v for k, v in e.items() if k != "order"} for e in data["tensors"]]
+        (old / "manifest.json").write_text(json.dumps(data))
+    older = hd("diff", tmp_path / "old-a", tmp_path / "old-b", "--json")
+    assert older.returncode == 1 and json.loads(older.stdout)["first_divergence"] == "late"
+    assert json.loads(older.stdout)["order"] == "manifest" and "record no forward order" in older.stderr
+    mixed = hd("diff", tmp_path / "old-a", tmp_path / "b", "--json")  # B's order serves
+    assert json.loads(mixed.stdout)["first_divergence"] == "early" and "forward order" not in mixed.stderr

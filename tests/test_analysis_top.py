@@ -5,13 +5,12 @@ tensor; the contact sheets are real PNGs; one streamed pass in bounded memory.""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 
+import forkrun
 import numpy as np
 import pytest
 from conftest import SKIMAGE_DATA
@@ -20,16 +19,12 @@ from safetensors.numpy import load_file
 
 from hookdump.analysis.top import top
 
-EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 PHOTOS = ("chelsea", "coffee", "astronaut", "camera", "brick", "coins", "grass", "horse", "moon", "page")
 
 
 def hd(*args: object) -> subprocess.CompletedProcess[str]:
-    assert EXE is not None, "the console script is installed with the package"
-    return subprocess.run(
-        [EXE, *map(str, args)], capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+    """The console script, forked from a server that imported it once (``forkrun``)."""
+    return forkrun.run(args, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +75,13 @@ def test_contact_sheets_one_per_channel(dataset: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == f"top 4 inputs by the max of each channel of layer1 in {dataset}:"
     sheet = tmp_path / "s" / "channel-7.png"
-    assert f"-> {sheet}" in done.stdout and sorted(p.name for p in (tmp_path / "s").iterdir()) == [sheet.name]
+    assert f"-> {sheet}" in done.stdout and sorted(p.name for p in (tmp_path / "s").iterdir()) == [
+        sheet.name, "top.json",
+    ]  # fmt: skip
+    kept = json.loads((tmp_path / "s" / "top.json").read_text())  # what --json prints, for `hookdump report`
+    assert kept["hookdump_result"] == "top" and kept["record"] == str(tmp_path / "s" / "top.json")
+    assert [c["channel"] for c in kept["channels"]] == [7] and kept["channels"][0]["png"] == str(sheet)
+    assert done.stdout.splitlines()[-1] == f"wrote {tmp_path / 's' / 'top.json'}"
     with Image.open(sheet) as picture:
         assert picture.format == "PNG" and picture.width >= 2 * 128 and picture.height >= 2 * 128
     default = hd("top", dataset, "--layer", "layer1", "-k", "2", "--json")

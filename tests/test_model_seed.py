@@ -71,6 +71,7 @@ def test_default_model_capture_writes_the_seed_layer(cli, chelsea: Path, tmp_pat
         "args": {},
         "num_prefix_tokens": None,  # Twins has no class or register tokens
         "class_token": False,
+        "num_patch_tokens": None,  # no prefix tokens to leave out of a token map
         "source": "timm",  # the model's source: timm, torchvision (tv:NAME) or a module of the caller's
     }
     assert manifest["tensors"][0]["file"] == "pos_block.3.proj.0.npy"

@@ -14,10 +14,12 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import forkrun
 import numpy as np
 import pytest
-from conftest import PLUGINS, Cli
+from conftest import PLUGINS, SKIMAGE_DATA, Cli
 from PIL import Image
+from test_analysis_compare import cka_numpy
 from test_capture_runs import SLOW, _photos, _start, _wait_for
 
 import hookdump
@@ -37,6 +39,10 @@ class Page(HTMLParser):
         self.text: dict[str, str] = {}  # section id -> its text
         self.stats: dict[str, dict[str, tuple[str, list[str]]]] = {}  # id -> stat -> (data-value, classes)
         self.images: dict[str, tuple[str, int, int]] = {}  # section id -> (src, width, height)
+        self.figures: dict[str, list[tuple[str, int, int]]] = {}  # every section's images, in order
+        self.values: dict[str, list[float | None]] = {}  # data-value of cells and spans, not stats
+        self.channels: dict[str, list[str]] = {}  # section id -> its text of each data-channel block
+        self._channel: str | None = None
         self._section: str | None = None
         self.feed(text)
 
@@ -58,14 +64,23 @@ class Page(HTMLParser):
             )
         if self._section and self._section.startswith("t-") and tag == "img":
             self.images[self._section] = (a["src"], int(a["width"]), int(a["height"]))
+        if self._section and tag == "img":
+            self.figures.setdefault(self._section, []).append((a["src"], int(a["width"]), int(a["height"])))
+        if self._section and "data-value" in a and "data-stat" not in a:
+            self.values.setdefault(self._section, []).append(json.loads(a["data-value"]))
+        if self._section and "data-channel" in a:
+            self._channel = a["data-channel"]
+            self.channels.setdefault(self._section, []).append("")
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "section":
-            self._section = None
+            self._section = self._channel = None
 
     def handle_data(self, data: str) -> None:
         if self._section is not None:
             self.text[self._section] += data
+        if self._section is not None and self._channel is not None:
+            self.channels[self._section][-1] += data
 
 
 def _page(out: Path) -> Page:
@@ -105,6 +120,80 @@ def resnet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert result.exit_code == 0, result.stderr
     assert f"wrote {out / 'index.html'}: 2 tensor(s), 1 picture(s), 2 input thumbnail(s)" in result.stdout
     return out
+
+
+ANALYSED = ("chelsea", "coffee", "astronaut", "camera", "brick")
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """resnet18's layer1 and layer2 of five real photos, then `compare --png` and `top` of it, then `report`,
+    all by the console script (forked)."""
+    folder = tmp_path_factory.mktemp("analysed")
+    (folder / "photos").mkdir()
+    for name in ANALYSED:
+        shutil.copy(SKIMAGE_DATA / f"{name}.png", folder / "photos" / f"{name}.png")
+    out = folder / "out"
+    for args in (
+        ("capture", *RESNET[:4], "-l", "layer1", "-l", "layer2", "photos", "-o", out),
+        ("compare", out, "--png"),
+        ("top", out, "--layer", "layer1", "--channels", "0:3", "-k", "3"),
+        ("report", out),
+    ):  # fmt: skip
+        done = forkrun.run(args, cwd=folder)
+        assert done.returncode == 0, done.stderr
+    assert "1 compare section(s), 1 top section(s)" in done.stdout
+    return out
+
+
+def test_compare_and_top_have_sections_of_their_own(analysed: Path, tmp_path: Path) -> None:
+    page = _check_links(analysed)
+    assert "#compare-cka" in page.links and "#top-layer1" in page.links  # in the contents
+    arrays = {n: np.load(analysed / f"{n}.npy").astype(np.float64) for n in ("layer1", "layer2")}
+    # compare: the heat map as compare drew it, the caption naming layers, metric and estimator, the values
+    # numpy's CKA of the files
+    text = page.text["compare-cka"]
+    assert "CKA (estimator unbiased)" in text and "[0] layer1, [1] layer2" in text and "5 inputs" in text
+    [(src, width, height)] = page.figures["compare-cka"]
+    assert src == "compare/cka.png"
+    with Image.open(analysed / src) as picture:
+        assert picture.format == "PNG" and picture.size == (width, height)
+    want = [cka_numpy(arrays[r], arrays[c]) for r in arrays for c in arrays]
+    assert np.abs(np.array(page.values["compare-cka"], dtype=float) - want).max() < 1e-9
+    # top: a sheet per channel, captioned with the channel, k, the files ranked as numpy ranks them, values
+    scores = arrays["layer1"].max(axis=(2, 3))
+    names = sorted(f"{n}.png" for n in ANALYSED)
+    assert [f[0] for f in page.figures["top-layer1"]] == [f"top/layer1/channel-{c}.png" for c in range(3)]
+    for c, caption in enumerate(page.channels["top-layer1"]):
+        order = np.argsort(-scores[:, c], kind="stable")[:3]
+        assert caption.startswith(f"channel {c}, top 3 by max: 1. {names[order[0]]} (input {order[0]})")
+        assert [caption.index(names[i]) for i in order] == sorted(caption.index(names[i]) for i in order)
+    assert page.values["top-layer1"] == pytest.approx(
+        [v for c in range(3) for v in np.sort(scores[:, c])[::-1][:3]], rel=1e-6
+    )
+    for src, width, height in page.figures["top-layer1"]:
+        with Image.open(analysed / src) as picture:
+            assert picture.size == (width, height)
+    assert "Made from an earlier capture" not in page.text["compare-cka"] + page.text["top-layer1"]
+
+
+def test_a_result_of_an_earlier_capture_is_marked_and_other_files_left_alone(
+    analysed: Path, tmp_path: Path
+) -> None:
+    copy = shutil.copytree(analysed, tmp_path / "copy")
+    record = json.loads((copy / "compare" / "cka.json").read_text())
+    (copy / "compare" / "cka.json").write_text(json.dumps({**record, "a_manifest_sha256": "0" * 64}))
+    (copy / "compare" / "notes.json").write_text('{"mine": true}')  # not a result: not shown, not touched
+    (copy / "top" / "layer1" / "channel-1.png").unlink()
+    done = forkrun.run(["report", copy, "--json"])
+    assert done.returncode == 0, done.stderr
+    written = json.loads(done.stdout)
+    assert [c["record"] for c in written["compare"]] == ["compare/cka.json"]
+    assert [s["picture"]["src"] for s in written["top"][0]["channels"]][1] is None
+    page = _check_links(copy)
+    assert "Made from an earlier capture" in page.text["compare-cka"]
+    assert "No picture: the PNG beside the record is gone" in page.channels["top-layer1"][1]
+    assert (copy / "compare" / "notes.json").read_text() == '{"mine": true}'
 
 
 def test_every_link_resolves_and_every_layer_has_its_section(resnet: Path, tmp_path: Path) -> None:
@@ -235,20 +324,23 @@ def _shows(shot: np.ndarray, picture: np.ndarray, tolerance: int = 8) -> bool:
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed (Debian: chromium)")
-def test_a_look_in_chromium(resnet: Path, tmp_path: Path) -> None:
+def test_a_look_in_chromium(analysed: Path, tmp_path: Path) -> None:
+    """The page of a capture with compare and top results, as a browser draws it: the tensor's channel grid,
+    the heat map and a contact sheet are on screen, pixel for pixel."""
     chromium = str(shutil.which("chromium"))
     shot = tmp_path / "page.png"
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
     proc = subprocess.run(
         [chromium, *flags, f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
-         "--window-size=1280,2000", (resnet / "index.html").as_uri()],
+         "--window-size=1280,3600", (analysed / "index.html").as_uri()],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0 and shot.is_file(), proc.stderr[-2000:]
     with Image.open(shot) as image:
-        assert image.size == (1280, 2000)
+        assert image.size == (1280, 3600)
         pixels = np.asarray(image.convert("RGB")).astype(int)
     assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 1000  # text, photos, pictures: not a blank page
-    with Image.open(resnet / "report" / "layer1.png") as picture:  # the channel grid is on screen, whole
-        assert _shows(pixels, np.asarray(picture.convert("RGB")))
+    for shown in ("report/layer1.png", "compare/cka.png", "top/layer1/channel-2.png"):
+        with Image.open(analysed / shown) as picture:  # on screen, whole
+            assert _shows(pixels, np.asarray(picture.convert("RGB"))), shown

@@ -1,7 +1,7 @@
 """``hookdump diff A B``: two captures compared tensor by tensor, streamed through their memory-mapped files
 in chunks (two 50 GB captures in bounded memory): shape, dtype, largest absolute and relative error, cosine
-similarity, the fraction of elements out of tolerance, and the first tensor, in the manifest's order (the
-order the hooked modules run in), that diverges."""
+similarity, the fraction of elements out of tolerance, and the first tensor to diverge in the order the hooks
+ran in the forward pass (the manifest's ``order``; without it, a note and the manifest's order)."""
 
 from __future__ import annotations
 
@@ -58,6 +58,7 @@ class DiffResult:
     only_common: bool
     first_divergence: str | None
     notes: list[str] = field(default_factory=list)
+    order: str = "forward"  # how first_divergence was found: "forward" (the hooks' order) or "manifest"
 
     @property
     def differs(self) -> bool:
@@ -67,7 +68,7 @@ class DiffResult:
     def as_dict(self) -> dict[str, Any]:
         return {
             "a": str(self.a), "b": str(self.b), "atol": self.atol, "rtol": self.rtol,
-            "differs": self.differs, "first_divergence": self.first_divergence,
+            "differs": self.differs, "first_divergence": self.first_divergence, "order": self.order,
             "tensors": [{k: _finite(v) for k, v in asdict(t).items()} for t in self.tensors],
             "only_a": self.only_a, "only_b": self.only_b, "notes": self.notes,
         }  # fmt: skip
@@ -151,8 +152,27 @@ def diff(
     if only_common and (only_a or only_b):
         notes.append(f"--only-common: {len(only_a) + len(only_b)} tensor(s) on one side only, not compared")
     tensors = [compare_tensor(left, name, right, other, atol, rtol, chunk) for name, other in pairs]
-    first = next((t.name for t in tensors if not t.ok), None)
-    return DiffResult(a, b, atol, rtol, tensors, only_a, only_b, only_common, first, notes)
+    ran, how = forward_order(left, right, pairs, notes)
+    first = min((t.name for t in tensors if not t.ok), key=ran.__getitem__, default=None)
+    return DiffResult(a, b, atol, rtol, tensors, only_a, only_b, only_common, first, notes, how)
+
+
+def forward_order(
+    left: Capture, right: Capture, pairs: list[tuple[str, str]], notes: list[str]
+) -> tuple[dict[str, int], str]:
+    """Where each of A's compared tensors comes in the forward pass: the manifest entries' ``order`` (when
+    the hook ran), A's, else B's; without it (a capture by an older hookdump), the manifest's order and a
+    note (the order of ``named_modules()``, then the calls, which is not always the order modules run in)."""
+    for side, names in ((left, [n for n, _ in pairs]), (right, [o for _, o in pairs])):
+        ran = [r for r in (side.entries[n].get("order") for n in names) if isinstance(r, int)]
+        if len(ran) == len(pairs):
+            return {name: r for (name, _), r in zip(pairs, ran, strict=True)}, "forward"
+    notes.append(
+        "the manifests record no forward order (captures by an older hookdump): the first divergence is"
+        " the first in the manifest's order (named_modules() order, then each call), which is not always"
+        " the order the modules ran in; capture again to have it"
+    )
+    return {name: i for i, (name, _) in enumerate(pairs)}, "manifest"
 
 
 def compare_tensor(

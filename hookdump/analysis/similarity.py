@@ -20,7 +20,9 @@ from ..pictures.heatmap import heatmap
 from ..store.reader import Capture
 from . import cka, rsa
 from .captures import check_inputs, open_capture, select
-from .gram import check_fits, gram
+from .gram import Gram, check_fits, gram, gram_of
+from .pool import REDUCTIONS, reduced
+from .results import COMPARE_FOLDER, compare_json, write_result
 
 METRICS = ("cka", "rsa")
 
@@ -40,16 +42,20 @@ class Similarity:
     matrix: list[list[float | None]]
     files: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    reduce: str = "none"  # --reduce: how each tensor was pooled to (N, C) first
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "a": str(self.a), "b": None if self.b is None else str(self.b), "metric": self.metric, **self.how,
+            "reduce": self.reduce,
             "inputs": self.inputs, "rows": self.rows, "cols": self.cols, "matrix": self.matrix,
             "files": [str(f) for f in self.files], "notes": self.notes,
         }  # fmt: skip
 
     def title(self) -> str:
-        what = ", ".join(f"{k} {v}" for k, v in self.how.items())
+        what = ", ".join(f"{k} {v}" for k, v in self.how.items()) + (
+            f", --reduce {self.reduce}" if self.reduce != "none" else ""
+        )
         of = f"{self.a} x {self.b}" if self.b is not None else str(self.a)
         return f"{self.metric.upper()} ({what}) of {of}, {self.inputs} inputs"
 
@@ -85,6 +91,7 @@ def compare(
     out: str | os.PathLike[str] | None = None,
     rdm_only: bool = False,
     allow_different_inputs: bool = False,
+    reduce: str = "none",
 ) -> Similarity:
     """The similarity matrix of the layers of ``a`` (against those of ``b``, else of ``a``).
 
@@ -92,12 +99,16 @@ def compare(
         layers: names, globs or ``re:`` regexes of the tensors to compare (default all), in both captures.
         metric: ``cka`` (linear CKA; ``biased`` for the classic HSIC) or ``rsa`` (RDMs by ``distance``,
             ``correlation`` or ``euclidean``, compared by ``method``, ``spearman`` or ``tau-a``).
-        png: draw the matrix as a heat map ``OUT/<metric>.png``.
+        png: draw the matrix as a heat map ``OUT/<metric>.png``, and write ``OUT/<metric>.json`` beside it
+            (what ``as_dict`` gives, and the manifests' sha256), which ``hookdump report`` shows.
         out: where the PNG and the RDMs go (default ``A/compare``); RSA writes ``OUT/rdm/<layer>.npy``
             (``OUT/rdm/b/`` for B's) and ``OUT/rdm/inputs.json``, the inputs in the RDMs' order.
         rdm_only: write the RDMs and compare nothing (``rsa`` implied).
+        reduce: ``mean``, ``max`` or ``cls``: each tensor pooled to ``(N, C)`` first, as ``capture --reduce``
+            pools it (``pool.py``); ``none``: its values flattened.
     """
     check_choice("--metric", metric, METRICS)
+    check_choice("--reduce", reduce, REDUCTIONS)
     metric = "rsa" if rdm_only else metric
     if metric == "rsa":
         check_choice("--distance", distance, rsa.DISTANCES)
@@ -111,15 +122,17 @@ def compare(
     cols = _layers(right, layers, strict=False) if right is not None else rows
     n = _inputs(left, rows, right, cols)
     check_fits(n, len(rows) + (len(cols) if right is not None else 0))
-    folder = Path(out) if out is not None else left.path / "compare"
+    folder = Path(out) if out is not None else left.path / COMPARE_FOLDER
+    grams = _Grams(reduce)
     if metric == "cka":
         how = {"estimator": "biased" if biased else "unbiased"}
-        grid = _cka(left, rows, right, cols, not biased)
+        grid = _cka(grams, left, rows, right, cols, not biased)
     else:
         how = {"distance": distance, "method": method}
-        grid, files = _rsa(left, rows, right, cols, distance, method, rdm_only, folder)
+        grid, files = _rsa(grams, left, rows, right, cols, distance, method, rdm_only, folder)
+    notes += grams.notes()
     result = Similarity(
-        Path(a), None if b is None else Path(b), metric, how, n, rows, cols, grid, notes=notes
+        Path(a), None if b is None else Path(b), metric, how, n, rows, cols, grid, notes=notes, reduce=reduce
     )
     if metric == "rsa":
         result.files = files
@@ -128,6 +141,11 @@ def compare(
         notes.append(f"not defined (a layer constant over the inputs, or NaN): {', '.join(undefined)}")
     if png and not rdm_only:
         result.files.append(heatmap(grid, rows, cols, result.title(), folder / f"{metric}.png"))
+        result.files.append(folder / compare_json(metric))
+        record = {**result.as_dict(), "png": f"{metric}.png"}
+        write_result(
+            result.files[-1], "compare", record, {"a": left.path, "b": None if right is None else right.path}
+        )
     return result
 
 
@@ -163,12 +181,40 @@ def _inputs(left: Capture, rows: list[str], right: Capture | None, cols: list[st
     return next(iter(counts.values()))
 
 
+class _Grams:
+    """Each tensor's Gram matrix: of its values flattened, or (``--reduce``) of its ``(N, C)`` pooled form;
+    what the pooling left as it was, or left out, said once in notes."""
+
+    def __init__(self, reduce: str) -> None:
+        self.reduce = reduce
+        self.kept: list[str] = []
+        self.prefixes: dict[str, int] = {}
+
+    def __call__(self, capture: Capture, name: str) -> Gram:
+        if self.reduce == "none":
+            return gram(capture, name)
+        pooled = reduced(capture, name, self.reduce, self.kept, self.prefixes)
+        return (
+            gram(capture, name) if pooled is None else gram_of(pooled, what=f"`{name}` of `{capture.path}`")
+        )
+
+    def notes(self) -> list[str]:
+        kept = list(dict.fromkeys(self.kept))
+        notes = [
+            f"--reduce {self.reduce} leaves {', '.join(kept)} as it is: no (N, C, H, W) or (N, L, C) map"
+        ] * bool(kept)
+        for count in sorted(set(self.prefixes.values())):
+            names = [n for n, c in self.prefixes.items() if c == count]
+            notes.append(f"--reduce {self.reduce} left out the first {count} token(s) of {', '.join(names)}")
+        return notes
+
+
 def _cka(
-    left: Capture, rows: list[str], right: Capture | None, cols: list[str], unbiased: bool
+    grams: _Grams, left: Capture, rows: list[str], right: Capture | None, cols: list[str], unbiased: bool
 ) -> list[list[float | None]]:
     """CKA of every row layer with every column layer, one prepared Gram per layer."""
-    ready_a = [cka.prepare(gram(left, r).matrix, unbiased) for r in rows]
-    ready_b = ready_a if right is None else [cka.prepare(gram(right, c).matrix, unbiased) for c in cols]
+    ready_a = [cka.prepare(grams(left, r).matrix, unbiased) for r in rows]
+    ready_b = ready_a if right is None else [cka.prepare(grams(right, c).matrix, unbiased) for c in cols]
     self_a = [cka.hsic(p, p) for p in ready_a]
     self_b = self_a if right is None else [cka.hsic(p, p) for p in ready_b]
     return [
@@ -177,6 +223,7 @@ def _cka(
 
 
 def _rsa(
+    grams: _Grams,
     left: Capture,
     rows: list[str],
     right: Capture | None,
@@ -187,8 +234,8 @@ def _rsa(
     folder: Path,
 ) -> tuple[list[list[float | None]], list[Path]]:
     """The RDMs of every layer, written to ``folder/rdm`` (all or nothing), and compared."""
-    rdms_a = {r: rsa.rdm(gram(left, r), distance) for r in rows}
-    rdms_b = rdms_a if right is None else {c: rsa.rdm(gram(right, c), distance) for c in cols}
+    rdms_a = {r: rsa.rdm(grams(left, r), distance) for r in rows}
+    rdms_b = rdms_a if right is None else {c: rsa.rdm(grams(right, c), distance) for c in cols}
     files = _write_rdms(folder / "rdm", left, rdms_a, None if right is None else rdms_b)
     if rdm_only:
         return [], files

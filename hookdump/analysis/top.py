@@ -18,6 +18,7 @@ from ..pictures.grid import _range
 from ..pictures.maps import feature_maps
 from ..store.tensorfile import Loaded, load
 from .captures import open_capture
+from .results import TOP_FOLDER, TOP_JSON, write_result
 
 BY = ("max", "mean")
 DEFAULT_CHANNELS = 16
@@ -40,6 +41,7 @@ class TopResult:
     k: int
     channels: list[ChannelTop]
     notes: list[str] = field(default_factory=list)
+    record: Path | None = None  # the sheets' top.json, which ``hookdump report`` shows
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -48,7 +50,7 @@ class TopResult:
                 {"channel": c.channel, "top": c.inputs, "png": None if c.png is None else str(c.png)}
                 for c in self.channels
             ],
-            "notes": self.notes,
+            "notes": self.notes, "record": None if self.record is None else str(self.record),
         }  # fmt: skip
 
     def summary(self) -> str:
@@ -57,7 +59,7 @@ class TopResult:
             best = ", ".join(f"{Path(i['input']).name} {i['value']:.3g}" for i in c.inputs[:3])
             more = f", ... ({len(c.inputs)})" if len(c.inputs) > 3 else ""
             lines.append(f"  channel {c.channel}: {best}{more}" + (f"  -> {c.png}" if c.png else ""))
-        return "\n".join(lines)
+        return "\n".join(lines + ([f"wrote {self.record}"] if self.record else []))
 
 
 def top(
@@ -76,7 +78,9 @@ def top(
     Args:
         channel / channels: one channel, or ``A:B`` (half-open); default the first 16.
         by: ``max`` or ``mean`` of each channel's map of an input.
-        sheets: the folder of the contact sheets (default ``OUT/top/<layer>``), ``channel-<C>.png`` each.
+        sheets: the folder of the contact sheets (default ``OUT/top/<layer>``), ``channel-<C>.png`` each,
+            and ``top.json`` (what ``as_dict`` gives, and the manifest's sha256), which ``hookdump report``
+            shows.
     """
     check_choice("--by", by, BY)
     if k < 1:
@@ -91,7 +95,7 @@ def top(
     best_value, best_index = _running_top(loaded, picked, k, by)
     notes = [f"-k {k}: the capture holds {loaded.count} inputs"] if k > loaded.count else []
     inputs = capture.inputs
-    folder = Path(sheets) if sheets is not None else capture.path / "top" / layer
+    folder = Path(sheets) if sheets is not None else capture.path / TOP_FOLDER / layer
     result = []
     for row, c in enumerate(picked):
         chosen = [
@@ -102,7 +106,11 @@ def top(
         if png:
             record.png = _sheet(loaded, c, chosen, by, folder / f"channel-{c}.png")
         result.append(record)
-    return TopResult(capture.path, layer, by, k, result, notes)
+    found = TopResult(capture.path, layer, by, k, result, notes)
+    if png:
+        found.record = folder / TOP_JSON
+        write_result(found.record, "top", found.as_dict(), {"out": capture.path})
+    return found
 
 
 def _name(inputs: list[dict[str, Any]], i: int) -> str:

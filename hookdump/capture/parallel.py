@@ -162,6 +162,7 @@ def _captured(stem: str, entry: dict[str, Any], captures: list[Any]) -> Captured
         1,
         layout=entry.get("layout"),
         windows=entry.get("windows"),
+        order=entry.get("order"),
     )
     if record.stem != stem:
         record.calls_per_forward = 2

@@ -280,20 +280,15 @@ class Recorder:
         self.stopped_early = state["stopped_early"]
 
     def entries(self) -> list[Captured]:
-        """Every captured tensor, ordered by layer, call, then input / output / grad."""
+        """Every captured tensor, ordered by layer, call, then input / output / grad; each with ``order``,
+        when its hook ran in the first forward (``seen`` keeps them so, and ``--resume`` restores it)."""
         order = {path: i for i, path in enumerate(self.selected)}
         rank = {"input": 0, "output": 1, "grad": 2, "attn": 3}
+        ran = {key: i for i, key in enumerate(self.seen)}
         keys = sorted(self.seen, key=lambda k: (order[k[0]], k[3], rank[k[1]]))
         return [
-            Captured(
-                path,
-                kind,
-                index,
-                call,
-                self.calls_per_forward[path],
-                (path, kind, index, call) in self.modified,
-            )
-            for path, kind, index, call in keys
+            Captured(*key, self.calls_per_forward[key[0]], key in self.modified, order=ran[key])
+            for key in keys
         ]
 
 

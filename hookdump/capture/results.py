@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -65,10 +65,16 @@ def from_manifest(
     return CaptureResult(
         out=out, manifest=out / "manifest.json", requested=data["model"]["requested"],
         timm_name=data["model"]["timm_name"], device=data["device"],
-        tensors=tensors if tensors is not None else [SavedTensor(**t) for t in data["tensors"]],
+        tensors=tensors if tensors is not None else [_saved(t) for t in data["tensors"]],
         inputs=data["inputs"], notes=data["notes"], seconds=seconds, stopped_early=data["stopped_early"],
         classes=(data.get("grad") or {}).get("classes", []), skipped=data.get("skipped", []),
     )  # fmt: skip
+
+
+def _saved(entry: dict[str, Any]) -> SavedTensor:
+    """A manifest's tensor entry as a record; keys this hookdump does not know (a later one's) left out."""
+    known = {f.name for f in fields(SavedTensor)}
+    return SavedTensor(**{k: v for k, v in entry.items() if k in known})
 
 
 @dataclass

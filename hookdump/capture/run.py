@@ -121,7 +121,8 @@ def run(
             extra["shard"] = found.shard
         made = header.header(spec, name, str(torch_device), found.config, records, options_record, extra)
         made["model"] |= {
-            "num_prefix_tokens": found.prefix_tokens, "class_token": found.class_token, **found.model_record
+            "num_prefix_tokens": found.prefix_tokens, "class_token": found.class_token,
+            "num_patch_tokens": (token_layout(net) or (None, None))[0], **found.model_record
         }  # fmt: skip
         try:
             saved = writer.commit(results, made)

@@ -387,6 +387,9 @@ def compare_command(
     allow_different_inputs: Annotated[
         bool, typer.Option("--allow-different-inputs", help="Compare even when the inputs' sha256 differ.")
     ] = False,
+    reduce: Annotated[
+        str, typer.Option(help="Pool each tensor to (N, C) first, as capture's: mean, max, cls or none.")
+    ] = "none",
     json_out: JsonOpt = False,
 ) -> None:
     """Layer x layer similarity (CKA or RSA) of one capture, or of two on the same inputs."""
@@ -396,7 +399,7 @@ def compare_command(
 
     found = compare(
         a, b, layers=layers, metric=metric, biased=biased, distance=distance, method=method, png=png, out=out,
-        rdm_only=rdm_only, allow_different_inputs=allow_different_inputs,
+        rdm_only=rdm_only, allow_different_inputs=allow_different_inputs, reduce=reduce,
     )  # fmt: skip
     render.notes(found.notes)
     typer.echo(render.as_json(found.as_dict()) if json_out else found.summary())

@@ -1,5 +1,5 @@
 """``hookdump report``: a static page of a finished capture (``build`` makes the folder, ``page`` its
-HTML). No torch.
+HTML; ``analyses`` and ``analyses_page`` the sections of what ``compare`` and ``top`` left there). No torch.
 
-Imports the ground, ``inputs``, ``store`` and ``pictures``. Imported by api and cli.
+Imports the ground, ``inputs``, ``store``, ``pictures`` and ``analysis``. Imported by api and cli.
 """

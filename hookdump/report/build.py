@@ -7,6 +7,9 @@ What it writes, all inside ``OUT`` so the folder can be moved or copied whole:
   spatial map, such as logits or ``--reduce`` outputs, get their numbers and the reason instead);
 * ``OUT/report/inputs/<i>.jpg``: thumbnails of the input photos that are still where the capture read them.
 
+What ``compare --png`` and ``top`` left in the folder (``OUT/compare/<metric>.json`` and its heat map,
+``OUT/top/<layer>/top.json`` and its contact sheets) gets a section each, linking their pictures in place.
+
 Every link is relative; nothing comes from the network. The new report is built in a hidden scratch folder
 and swapped in at the end, ``index.html`` last and atomically: a failed run leaves the earlier report as it
 was. ``hookdump.open(OUT)``, ``stats`` and ``merge`` read only what ``manifest.json`` lists, so the report's
@@ -31,6 +34,7 @@ from ..store.manifest import MANIFEST, entry_stem, picture_name
 from ..store.outdir import REPORT_FOLDER, REPORT_PAGE, SCRATCH, progress_text, read_progress
 from ..store.reader import Capture, read_manifest
 from ..store.stats import KEYS, collect
+from .analyses import analyses
 from .page import html
 from .records import InputRow, Report, Section
 
@@ -62,9 +66,13 @@ def build(out: Path, *, max_channels: int = 64) -> Report:
             notes.append(
                 f"{len(missing)} input photo(s) are no longer where the capture read them: no thumbnail"
             )
-        report = Report(out / INDEX, out / FOLDER, sections, inputs, banner, notes + [banner] * bool(banner))
-
-        _swap(out, scratch, html(report, manifest, _when(out), sha256(out / MANIFEST)))
+        digest = sha256(out / MANIFEST)
+        compares, tops, unread = analyses(out, digest, list(capture))
+        report = Report(
+            out / INDEX, out / FOLDER, sections, inputs, banner, notes + unread + [banner] * bool(banner),
+            compares, tops,
+        )  # fmt: skip
+        _swap(out, scratch, html(report, manifest, _when(out), digest))
     except OSError as exc:
         raise from_environment(exc) or UsageError(
             f"Cannot write the report into `{out}`: {exc}",

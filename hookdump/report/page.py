@@ -4,14 +4,16 @@ file from the network; links relative to the capture folder. Never prints."""
 from __future__ import annotations
 
 import json
-from html import escape
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from ..store.manifest import MANIFEST
 from ..store.stats import number, percent
 from ..version import __version__
+from .analyses_page import analyses_toc, compare_section, top_section
+from .markup import anchor
+from .markup import e as _e
+from .markup import href as _href
 
 if TYPE_CHECKING:
     from .records import InputRow, Report, Section
@@ -41,6 +43,9 @@ nav ol{columns:3 300px;margin:6px 0 0;padding-left:22px}nav li{break-inside:avoi
 figure{margin:10px 0 0}figcaption{font-size:13px;color:#5b6475;margin-top:4px}
 figure img{max-width:100%;height:auto;image-rendering:pixelated;border:1px solid #c9ced6}
 td img{display:block;border:1px solid #c9ced6}
+table.matrix td{text-align:right;font-variant-numeric:tabular-nums}
+.sheets{display:flex;flex-wrap:wrap;gap:4px 24px}.channel figure{display:table}
+.channel figcaption{display:table-caption;caption-side:bottom}
 footer{color:#5b6475;font-size:13px;margin-top:20px}
 """
 
@@ -58,9 +63,11 @@ def html(report: Report, manifest: dict[str, Any], when: str, manifest_sha256: s
         f" {_e(manifest.get('device'))} in {_e(manifest.get('dtype'))}; {_e(_weights(model))}."
         f' <a href="{MANIFEST}">{MANIFEST}</a></p></header>',
         banner,
-        _toc(report.sections),
+        _toc(report),
         _provenance(manifest),
         _inputs(report.inputs, len(inputs)),
+        *(compare_section(c) for c in report.compares),
+        *(top_section(t) for t in report.tops),
         *(_section(s, first, len(inputs)) for s in report.sections),
         f"<footer>Written by hookdump {_e(__version__)} (<code>hookdump report</code>) from manifest.json"
         f" (sha256 <code>{_e(manifest_sha256)}</code>).</footer>",
@@ -76,17 +83,8 @@ def html(report: Report, manifest: dict[str, Any], when: str, manifest_sha256: s
     )
 
 
-def _e(value: object) -> str:
-    return escape(str(value))
-
-
-def _href(path: str) -> str:
-    """A relative link to a file in the capture folder, percent-encoded (``@``, spaces) and escaped."""
-    return escape(quote(PurePosixPath(path).as_posix()))
-
-
 def _anchor(section: Section) -> str:
-    return "t-" + quote(section.name, safe="")
+    return anchor("t-", section.name)
 
 
 def _value(value: Any) -> str:
@@ -132,15 +130,15 @@ def _bad(section: Section) -> bool:
     return bool(section.stats.get("nan") or section.stats.get("inf"))
 
 
-def _toc(sections: list[Section]) -> str:
+def _toc(report: Report) -> str:
     items = []
-    for s in sections:
+    for s in report.sections:
         flag = ' <span class="kind flag">NaN/Inf</span>' if _bad(s) else ""
         shape = _e(tuple(s.shape))
         items.append(
             f'<li><a href="#{_anchor(s)}">{_e(s.name)}</a> {_kind(s)} <code>{shape}</code>{flag}</li>'
         )
-    head = '<a href="#provenance">Provenance</a> · <a href="#inputs">Inputs</a>'
+    head = '<a href="#provenance">Provenance</a> · <a href="#inputs">Inputs</a>' + analyses_toc(report)
     return f'<nav id="contents"><h2>Contents</h2>{head}<ol>{"".join(items)}</ol></nav>'
 
 

@@ -20,6 +20,7 @@ class Captured:
     modified_in_place: bool = False
     layout: str | None = None  # the axes as saved: NCHW, NHWC, NLC, NC, ... (``layouts.layout``)
     windows: dict[str, Any] | None = None  # layout windows: rows per image, geometry (``layouts.saved``)
+    order: int | None = None  # when its hook ran in the first forward, among the captured (backward after)
 
     @property
     def key(self) -> Key:

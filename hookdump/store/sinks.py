@@ -47,10 +47,11 @@ class SavedTensor:
     stats: dict[str, Any] | None = None  # min, max, mean, std, zeros, nan, inf of the saved values
     layout: str | None = None  # the axes: NCHW, NHWC, NLC, NC, attn, windows (``layouts.layout``)
     windows: dict[str, Any] | None = None  # windowed tensors: rows per image, geometry (``layouts.saved``)
+    order: int | None = None  # the forward order: the index of its hook's run in the first forward
 
     def as_dict(self) -> dict[str, Any]:
         entry = dict(vars(self))
-        for name in ("key", "stats", "layout", "windows"):
+        for name in ("key", "stats", "layout", "windows", "order"):
             if entry[name] is None:
                 del entry[name]
         return entry
@@ -321,6 +322,7 @@ class Writer:
                 stats=self._stats(item.key),
                 layout=item.layout,
                 windows=item.windows,
+                order=item.order,
             )
             for item, stream in zip(entries, streams, strict=True)
             for fmt in self.formats

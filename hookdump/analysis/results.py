@@ -1,0 +1,61 @@
+"""The JSON record ``compare --png`` and ``top`` write beside their pictures (``compare/<metric>.json`` beside
+``<metric>.png``, ``top/<layer>/top.json`` beside the contact sheets): what ``--json`` prints, the picture
+files' names and the sha256 of the capture's manifest; and reading it back, which ``hookdump report`` does to
+show each in a section of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..digest import sha256
+from ..errors import UsageError
+from ..failures import from_environment
+from ..store.manifest import MANIFEST
+
+COMPARE_FOLDER = "compare"  # compare's default --out, inside A
+TOP_FOLDER = "top"  # top's default sheets folder is TOP_FOLDER/<layer>, inside OUT
+TOP_JSON = "top.json"
+KIND = "hookdump_result"  # the key that marks a result file: "compare" or "top"
+
+
+def compare_json(metric: str) -> str:
+    """The name of compare's record beside its heat map ``<metric>.png``."""
+    return f"{metric}.json"
+
+
+def manifest_sha256(capture: Path) -> str | None:
+    """The sha256 of a capture's ``manifest.json``: which capture a result was made from."""
+    try:
+        return sha256(capture / MANIFEST)
+    except OSError:
+        return None
+
+
+def write_result(path: Path, kind: str, record: dict[str, Any], captures: dict[str, Path | None]) -> Path:
+    """``record`` (a result's ``as_dict()``) as ``path``, written whole or not at all, with ``kind`` and the
+    sha256 of each capture's manifest (``a_manifest_sha256``, ...) it was made from."""
+    shas = {f"{k}_manifest_sha256": None if v is None else manifest_sha256(v) for k, v in captures.items()}
+    text = json.dumps({KIND: kind, **record, **shas}, indent=1) + "\n"
+    tmp = path.parent / f".hookdump-{os.getpid()}-{path.name}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise from_environment(exc) or UsageError(
+            f"Cannot write `{path}`: {exc}", "Choose another folder."
+        ) from exc
+    return path
+
+
+def read_result(path: Path, kind: str) -> dict[str, Any] | None:
+    """The record at ``path`` when it is a ``kind`` result that hookdump wrote, else None (another file)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get(KIND) == kind else None
