@@ -18,6 +18,13 @@ wall time. The photos are copies of scikit-image's RGB and grayscale sample phot
 * twins_svt_large from a seeded ``.safetensors`` checkpoint, ``pos_block.3.proj.0``, the bundled photo: the
   seed's script (``create_model``, ``load_state_dict(load_file(...))``, one hook, forward, ``np.save``)
   against ``hookdump capture --checkpoint``.
+* issue 22's rows, each the bare forward, the same with hookdump's process settings and ``hookdump
+  capture`` (goal: hookdump / the same-settings bare forward <= 1.05): ``vit-tokens`` (vit_small, every
+  block, full tokens), ``twins-many`` (twins_svt_large ``pos_block.*.proj.0`` + ``blocks.*.*``,
+  ``--images-twins`` photos), ``tv`` (torchvision's resnet50, ``tv:resnet50``, the four stages).
+  ``--no-peers`` drops resnet's hand-written and torchlens rows. Under every hookdump row the script
+  prints its breakdown (``HOOKDUMP_PROFILE``, ``hookdump/store/profile.py``): medians of the seconds in
+  each span of the run, main thread and writer thread, and what the process spent outside the run.
 * ``--memory``: hookdump's peak RSS on resnet50 at ``--images-large`` photos against ``--images`` (slow).
 * "hookdump's settings": the bare forward (and the seed's script) run with what ``hookdump`` does to its
   own process (malloc keeps freed memory within a batch and gives it back after it, ``allocator``;
@@ -25,13 +32,15 @@ wall time. The photos are copies of scikit-image's RGB and grayscale sample phot
   ``shell.exit_now``), so that the hooks, copies and writing are measured alone.
 
     .venv/bin/python scripts/bench_dataset.py [--images 256] [--rounds 3] [--batch 32]
-        [--cases resnet,vit,twins] [--memory] [--images-large 2048]
+        [--cases resnet,vit,twins,vit-tokens,twins-many,tv] [--no-peers] [--images-twins 64]
+        [--memory] [--images-large 2048]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import math
 import os
 import re
@@ -49,6 +58,7 @@ HOOKDUMP = str(Path(sys.executable).with_name("hookdump"))
 RESNET, STAGES = "resnet50", ["layer1", "layer2", "layer3", "layer4"]
 VIT, VIT_DEPTH = "vit_small_patch16_224", 12
 TWINS, TWINS_LAYER = "twins_svt_large", "pos_block.3.proj.0"
+TV = "tv:resnet50"
 Result = tuple[float, float, float, float | None]  # wall s, peak RSS MB, cpu s, hookdump's own seconds
 Goal = tuple[str, str, str, float]  # a, b, "<=" or ">=", limit of a's median / b's
 
@@ -87,8 +97,16 @@ def worker(kind: str, args: list[str]) -> None:
         return
     name, folder, out, batch, *names = args
     torch.manual_seed(0)
-    model = timm.create_model(name).eval()
-    transform = create_transform(**resolve_data_config({}, model=model), is_training=False)
+    if name.startswith("tv:"):  # torchvision's model, ImageNet's resize 256 and crop 224 (as hookdump's)
+        import torchvision
+        from torchvision import transforms as T
+
+        model = torchvision.models.get_model(name[3:], weights=None).eval()
+        mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+        transform = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), T.Normalize(mean, std)])
+    else:
+        model = timm.create_model(name).eval()
+        transform = create_transform(**resolve_data_config({}, model=model), is_training=False)
     paths = sorted(Path(folder).iterdir())
     size = int(batch)
     kept: dict[str, torch.Tensor] = {}
@@ -126,11 +144,20 @@ def worker(kind: str, args: list[str]) -> None:
         f.close()
 
 
-def run(cmd: list[str]) -> Result:
-    """Wall seconds, peak RSS (MB) and hookdump's own reported seconds of one command (nan: it failed)."""
+PROFILES: dict[str, list[dict[str, float]]] = {}  # case -> hookdump's breakdown of each round
+
+
+def run(cmd: list[str], case: str | None = None) -> Result:
+    """Wall seconds, peak RSS (MB) and hookdump's own reported seconds of one command (nan: it failed);
+    a hookdump command's breakdown (``HOOKDUMP_PROFILE``) is kept in ``PROFILES[case]``."""
+    profile = Path(tempfile.mkdtemp(prefix="hookdump-profile-")) / "profile.json"
+    env = {**os.environ, "HOOKDUMP_PROFILE": str(profile)}
     start = time.perf_counter()
-    done = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True)
+    done = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
+    if profile.exists() and case is not None:
+        PROFILES.setdefault(case, []).append({**json.loads(profile.read_text()), "wall": wall})
+    shutil.rmtree(profile.parent, ignore_errors=True)
     if done.returncode != 0:  # a failed run counts as nan (others edit hookdump while this runs)
         tail = done.stderr.split("\tCommand being timed")[0][-3000:]
         print(f"FAILED ({done.returncode}): {' '.join(cmd)}\n{tail}", file=sys.stderr)
@@ -171,7 +198,7 @@ def bench(cases: dict[str, tuple[list[str], Path]], rounds: int) -> dict[str, li
     for r in range(rounds):
         for name, (cmd, out) in cases.items():
             shutil.rmtree(out, ignore_errors=True)
-            results[name].append(run(cmd))
+            results[name].append(run(cmd, name))
             shutil.rmtree(out, ignore_errors=True)
             print(f"  round {r + 1}/{rounds} {name}: {results[name][-1][0]:.1f}s", file=sys.stderr)
     return results
@@ -204,7 +231,32 @@ def table(title: str, results: dict[str, list[Result]], base: str, goals: list[G
             verdict = "not measured (a run failed)" if math.isnan(ratio) else "met" if met else "MISSED"
             also = f"(min {mins[a] / mins[b]:.2f}, cpu {cpus[a] / cpus[b]:.2f})"
             print(f"goal: {a} / {b} {op} {limit:g}: {ratio:.2f} {verdict} {also}")
+    for name in results:
+        if PROFILES.get(name):
+            breakdown(name, PROFILES.pop(name))
     print()
+
+
+MAIN = ("setup", "decode", "forward", "hooks", "copy", "reduce", "writer wait", "between batches",
+        "writer drain", "commit")  # fmt: skip
+WRITER = ("stats", "write", "checkpoint", "on_batch")
+
+
+def breakdown(name: str, profiles: list[dict[str, float]]) -> None:
+    """Medians over the rounds of where ``name``'s time went (``hookdump.store.profile``): the main
+    thread's spans (copy and reduce are part of hooks), the writer thread's (they overlap the forward), and
+    what the process spent outside ``capture.run`` (imports, argument parsing, exit)."""
+
+    def m(key: str) -> float:
+        return statistics.median(p.get(key, 0.0) for p in profiles)
+
+    wall, run_s = m("wall"), m("run")
+    main = "  ".join(f"{k} {m(k):.2f}" for k in MAIN)
+    writer = "  ".join(f"{k} {m(k):.2f}" for k in WRITER)
+    print(f"  breakdown of {name} (s, medians of {len(profiles)}): wall {wall:.2f} = outside the run"
+          f" (imports, parsing, exit) {wall - run_s:.2f} + run {run_s:.2f}")  # fmt: skip
+    print(f"    main thread: {main}")
+    print(f"    writer thread (overlaps the forward): {writer}")
 
 
 def resnet(args: argparse.Namespace, images: Path, work: Path) -> None:
@@ -220,7 +272,9 @@ def resnet(args: argparse.Namespace, images: Path, work: Path) -> None:
             work / "o4",
         ),
     }
-    if importlib.util.find_spec("torchlens") is None:
+    if not args.peers:
+        del cases["hand-written hooks"], cases["torchlens"]
+    elif importlib.util.find_spec("torchlens") is None:
         print("note: torchlens is not installed (pip install torchlens): its row is left out")
         del cases["torchlens"]
     res = bench(cases, args.rounds)
@@ -228,8 +282,8 @@ def resnet(args: argparse.Namespace, images: Path, work: Path) -> None:
         ("hookdump", "bare forward", "<=", 1.03),
         ("hand-written hooks", "hookdump", ">=", 1.05),
         ("torchlens", "hookdump", ">=", 4.0),
-        ("hookdump", "bare, hookdump's settings", "<=", 1.03),
-    ]  # the last: the hooks, copies and writing alone
+        ("hookdump", "bare, hookdump's settings", "<=", 1.05),
+    ]  # the last: the hooks, copies and writing alone (issue 22)
     table(f"{RESNET}, {', '.join(STAGES)}, {args.images} photos, batch {n}", res, "bare forward", goals)
     if args.memory:
         large = photos(work / "images-large", args.images_large)
@@ -240,6 +294,21 @@ def resnet(args: argparse.Namespace, images: Path, work: Path) -> None:
         print(f"hookdump peak RSS: {args.images} photos {small:.0f} MB (median), {args.images_large} photos "
               f"{big:.0f} MB (one run, {wall:.0f}s); goal {args.images_large} / {args.images} <= 1.10: "
               f"{big / small:.2f} {'met' if big / small <= 1.10 else 'MISSED'}\n")  # fmt: skip
+
+
+def same_settings(title: str, model: str, layers: list[str], extra: list[str], images: Path, work: Path,
+                  args: argparse.Namespace) -> None:  # fmt: skip
+    """The bare forward, the same with hookdump's process settings, and ``hookdump capture``: the row
+    that issue 22's goal is measured on (hookdump / the same-settings bare forward <= 1.05)."""
+    n, picked = args.batch, [x for layer in layers for x in ("-l", layer)]
+    cases = {
+        "bare forward": (me("bare", model, images, work / "o1", n), work / "o1"),
+        "bare, hookdump's settings": (me("bare+", model, images, work / "o0", n), work / "o0"),
+        "hookdump": (hookdump("-m", model, *picked, *extra, images, "--batch-size", n, "-o", work / "o4"),
+                     work / "o4"),
+    }  # fmt: skip
+    goals = [("hookdump", "bare, hookdump's settings", "<=", 1.05)]
+    table(title, bench(cases, args.rounds), "bare forward", goals)
 
 
 def vit(args: argparse.Namespace, images: Path, work: Path) -> None:
@@ -295,7 +364,11 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=256, help="photos of every case but twins")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are printed")
     parser.add_argument("--batch", type=int, default=32, help="images per forward pass, everyone")
-    parser.add_argument("--cases", default="resnet,vit,twins", help="comma-separated: resnet, vit, twins")
+    parser.add_argument("--cases", default="resnet,vit,twins,vit-tokens,twins-many,tv",
+                        help="comma-separated: resnet, vit, twins, vit-tokens, twins-many, tv")  # fmt: skip
+    parser.add_argument("--no-peers", dest="peers", action="store_false",
+                        help="resnet without the hand-written and torchlens rows")  # fmt: skip
+    parser.add_argument("--images-twins", type=int, default=64, help="photos of twins-many")
     parser.add_argument("--memory", action="store_true", help="hookdump's peak RSS at --images-large too")
     parser.add_argument("--images-large", type=int, default=2048, help="photos of the --memory run")
     args = parser.parse_args()
@@ -312,6 +385,17 @@ def main() -> None:
             vit(args, images, work)
         if "twins" in chosen:
             twins(args, work)
+        if "vit-tokens" in chosen:
+            title = f"{VIT}, every block, full tokens, {args.images} photos, batch {args.batch}"
+            same_settings(title, VIT, ["blocks.*"], [], images, work, args)
+        if "twins-many" in chosen:
+            few = photos(work / "images-twins", args.images_twins)
+            layers = ["pos_block.*.proj.0", "blocks.*.*"]
+            title = f"{TWINS}, {' + '.join(layers)}, {args.images_twins} photos, batch {args.batch}"
+            same_settings(title, TWINS, layers, [], few, work, args)
+        if "tv" in chosen:
+            title = f"{TV}, {', '.join(STAGES)}, {args.images} photos, batch {args.batch}"
+            same_settings(title, TV, STAGES, [], images, work, args)
     finally:
         shutil.rmtree(work)
     print(f"total {time.perf_counter() - began:.0f}s")

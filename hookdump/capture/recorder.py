@@ -14,6 +14,7 @@ from ..errors import LayerError, UsageError
 from ..model.layers import LayerTarget, call_out_of_range
 from ..model.outputs import leaves
 from ..model.tree import is_container
+from ..store import profile
 from ..store.records import Captured, Key, key_from_json
 from .reduce import prefix_of
 from .reduce import reduce as pool
@@ -158,16 +159,19 @@ class Recorder:
 
     def _pre_hook(self, path: str) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            start = profile.clock()
             call = self.calls[path]
             if self._wanted(path, call):
                 for name, value in [*enumerate(args), *kwargs.items()]:
                     for index, leaf in leaves(value, str(name)):
                         self._keep((path, "input", index, call), leaf)
+            profile.add("hooks", start)
 
         return hook
 
     def _hook(self, path: str) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            start = profile.clock()
             call = self.calls[path]
             self.calls[path] += 1
             layer, kind = self.save_as.get(path, (path, "output"))
@@ -178,6 +182,7 @@ class Recorder:
                     found = [item for n, item in enumerate(tensors) if n in self.elements[path]]
                 for index, leaf in found:
                     self._keep((layer, kind, index, call), leaf)
+            profile.add("hooks", start)
             if path in self._stop_in_target:
                 self._stop_if_done()
 
@@ -206,8 +211,11 @@ class Recorder:
         prefix = prefix_of(tensor, self.reduce, self.tokens)
         if prefix:
             self.prefix_left_out[key[0]] = prefix
+        start = profile.clock()
         pooled = pool(tensor.detach(), self.reduce, key[0] in self.channels_last, prefix)
+        start = profile.add("reduce", start)
         self.batch[key] = pooled.to("cpu", copy=True)
+        profile.add("copy", start)
         self.seen[key] = None
 
     def drain(self) -> dict[Key, torch.Tensor]:
@@ -222,11 +230,13 @@ class Recorder:
         """
         self.calls = dict.fromkeys(self.selected, 0)
         self._live.clear()
+        start = profile.clock()
         try:
             output = self.model(batch)
         except _EarlyStop:
             self.stopped_early = True
             output = None
+        profile.add("model", start)  # the hooks' time included (profile.dump takes it out)
         self.modified |= {key for key, live, version in self._live if live._version != version}
         self._live.clear()
         self._check_fired(model_label)
