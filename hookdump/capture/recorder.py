@@ -95,6 +95,8 @@ class Recorder:
         self.calls_per_forward: dict[str, int] = dict.fromkeys(self.selected, 0)
         self.stopped_early = False
         self._live: list[tuple[Key, torch.Tensor, int]] = []
+        self._deferred: list[tuple[Key, torch.Tensor, int]] = []  # kept by reference until the pass ends
+        self._eager: set[Key] = set()  # copied at hook time, always: changed in place in some pass
         self._stop_in_target: set[str] = set()
         self._handles: list[RemovableHandle] = []
 
@@ -214,7 +216,14 @@ class Recorder:
         start = profile.clock()
         pooled = pool(tensor.detach(), self.reduce, key[0] in self.channels_last, prefix)
         start = profile.add("reduce", start)
-        self.batch[key] = pooled.to("cpu", copy=True)
+        on_cpu = pooled.device.type == "cpu" and not self.grad
+        if on_cpu and self.reduce in ("mean", "max") and pooled.dim() != tensor.dim():
+            self.batch[key] = pooled  # a new tensor that only this dict holds: nothing to copy
+        elif on_cpu and key in self.seen and key not in self._eager and _SHARERS is not None:
+            self.batch[key] = pooled  # checked when the pass ends (_settle), copied then if need be
+            self._deferred.append((key, pooled, pooled._version))
+        else:
+            self.batch[key] = pooled.to("cpu", copy=True)
         profile.add("copy", start)
         self.seen[key] = None
 
@@ -228,19 +237,44 @@ class Recorder:
 
         Returns the class whose score was differentiated for each image (empty without grad).
         """
-        self.calls = dict.fromkeys(self.selected, 0)
-        self._live.clear()
-        start = profile.clock()
-        try:
-            output = self.model(batch)
-        except _EarlyStop:
-            self.stopped_early = True
-            output = None
-        profile.add("model", start)  # the hooks' time included (profile.dump takes it out)
-        self.modified |= {key for key, live, version in self._live if live._version != version}
-        self._live.clear()
+        while True:
+            self.calls = dict.fromkeys(self.selected, 0)
+            self._live.clear()
+            self._deferred.clear()
+            start = profile.clock()
+            try:
+                output = self.model(batch)
+            except _EarlyStop:
+                self.stopped_early = True
+                output = None
+            profile.add("model", start)  # the hooks' time included (profile.dump takes it out)
+            self.modified |= {key for key, live, version in self._live if live._version != version}
+            self._live.clear()
+            if not self.grad:
+                output = None  # (the last layer's output may be a captured tensor: see _settle)
+            if self._settle():
+                break
+        self._deferred.clear()
         self._check_fired(model_label)
         return self._backward(output, target) if self.grad else []
+
+    def _settle(self) -> bool:
+        """After a pass: each tensor kept by reference (``_store``, a key that an earlier pass saw and that
+        nothing has changed in place so far) is its hook-time self if its version counter did not move; kept
+        as it is where no other tensor shares its storage (nothing can change it later), copied now where
+        one does (the model may hold it). False, the batch to be run again with those keys copied at hook
+        time, when one was changed in place after its hook (its hook-time values are gone)."""
+        start = profile.clock()
+        lost = {key for key, kept, version in self._deferred if kept._version != version}
+        if lost:
+            self._eager |= lost
+            self.batch.clear()
+            return False
+        for key, kept, _ in self._deferred:
+            if _SHARERS is None or _SHARERS(kept.untyped_storage()._cdata) > 2:  # it and our Python handle
+                self.batch[key] = kept.clone()
+        profile.add("copy", start)
+        return True
 
     def _backward(self, output: Any, target: int | None) -> list[int]:
         if not isinstance(output, torch.Tensor) or output.dim() != 2:
@@ -305,6 +339,11 @@ class Recorder:
             )
             for path, kind, index, call in keys
         ]
+
+
+# How many holders a storage has (tensors, and the Python handle asked for): a private torch function, so
+# every tensor is copied at hook time, as before, where this torch has none.
+_SHARERS: Callable[[int], int] | None = getattr(torch._C, "_storage_Use_Count", None)
 
 
 def _elements(targets: list[LayerTarget]) -> dict[str, frozenset[int]]:
