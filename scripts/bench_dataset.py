@@ -147,11 +147,13 @@ def worker(kind: str, args: list[str]) -> None:
 PROFILES: dict[str, list[dict[str, float]]] = {}  # case -> hookdump's breakdown of each round
 
 
-def run(cmd: list[str], case: str | None = None) -> Result:
+def run(cmd: list[str], case: str | None = None, tree: str | None = None) -> Result:
     """Wall seconds, peak RSS (MB) and hookdump's own reported seconds of one command (nan: it failed);
     a hookdump command's breakdown (``HOOKDUMP_PROFILE``) is kept in ``PROFILES[case]``."""
     profile = Path(tempfile.mkdtemp(prefix="hookdump-profile-")) / "profile.json"
     env = {**os.environ, "HOOKDUMP_PROFILE": str(profile)}
+    if tree:  # hookdump's code from this source tree (--trees)
+        env["PYTHONPATH"] = tree
     start = time.perf_counter()
     done = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
@@ -192,13 +194,16 @@ def photos(folder: Path, count: int) -> Path:
     return folder
 
 
+TREES: dict[str, str] = {}  # case -> the source tree its hookdump runs from (--trees)
+
+
 def bench(cases: dict[str, tuple[list[str], Path]], rounds: int) -> dict[str, list[Result]]:
     """Every case (command, output folder) once a round, in turn; the folder is removed after each run."""
     results: dict[str, list[Result]] = {name: [] for name in cases}
     for r in range(rounds):
         for name, (cmd, out) in cases.items():
             shutil.rmtree(out, ignore_errors=True)
-            results[name].append(run(cmd, name))
+            results[name].append(run(cmd, name, TREES.get(name)))
             shutil.rmtree(out, ignore_errors=True)
             print(f"  round {r + 1}/{rounds} {name}: {results[name][-1][0]:.1f}s", file=sys.stderr)
     return results
@@ -277,12 +282,15 @@ def resnet(args: argparse.Namespace, images: Path, work: Path) -> None:
     elif importlib.util.find_spec("torchlens") is None:
         print("note: torchlens is not installed (pip install torchlens): its row is left out")
         del cases["torchlens"]
+    tree_goals: list[Goal] = []
+    with_trees(cases, tree_goals, args, work)
     res = bench(cases, args.rounds)
     goals = [
         ("hookdump", "bare forward", "<=", 1.03),
         ("hand-written hooks", "hookdump", ">=", 1.05),
         ("torchlens", "hookdump", ">=", 4.0),
         ("hookdump", "bare, hookdump's settings", "<=", 1.05),
+        *tree_goals,
     ]  # the last: the hooks, copies and writing alone (issue 22)
     table(f"{RESNET}, {', '.join(STAGES)}, {args.images} photos, batch {n}", res, "bare forward", goals)
     if args.memory:
@@ -308,7 +316,18 @@ def same_settings(title: str, model: str, layers: list[str], extra: list[str], i
                      work / "o4"),
     }  # fmt: skip
     goals = [("hookdump", "bare, hookdump's settings", "<=", 1.05)]
+    with_trees(cases, goals, args, work)
     table(title, bench(cases, args.rounds), "bare forward", goals)
+
+
+def with_trees(cases: dict[str, tuple[list[str], Path]], goals: list[Goal], args: argparse.Namespace,
+               work: Path) -> None:  # fmt: skip
+    """A hookdump row more for each tree of ``--trees``: the same command, another folder, that code."""
+    for i, tree in enumerate(args.trees.split(",") if args.trees else []):
+        label = f"hookdump {Path(tree).name}"
+        cases[label] = ([*cases["hookdump"][0][:-1], str(work / f"t{i}")], work / f"t{i}")
+        TREES[label] = tree
+        goals.append((label, "bare, hookdump's settings", "<=", 1.05))
 
 
 def vit(args: argparse.Namespace, images: Path, work: Path) -> None:
@@ -369,6 +388,8 @@ def main() -> None:
     parser.add_argument("--no-peers", dest="peers", action="store_false",
                         help="resnet without the hand-written and torchlens rows")  # fmt: skip
     parser.add_argument("--images-twins", type=int, default=64, help="photos of twins-many")
+    parser.add_argument("--trees", default="", help="a hookdump row more for each of these comma-separated"
+                        " source trees (PYTHONPATH), to compare versions")  # fmt: skip
     parser.add_argument("--memory", action="store_true", help="hookdump's peak RSS at --images-large too")
     parser.add_argument("--images-large", type=int, default=2048, help="photos of the --memory run")
     args = parser.parse_args()
