@@ -25,6 +25,10 @@ wall time. The photos are copies of scikit-image's RGB and grayscale sample phot
   ``--no-peers`` drops resnet's hand-written and torchlens rows. Under every hookdump row the script
   prints its breakdown (``HOOKDUMP_PROFILE``, ``hookdump/store/profile.py``): medians of the seconds in
   each span of the run, main thread and writer thread, and what the process spent outside the run.
+* ``--scale`` (long, not for CI): resnet50 ``layer4 --reduce mean`` and ``layer3`` float16 full maps over
+  ``--scale-images`` SMALL,LARGE photos (default 1,000 and 10,000, scikit-image's photos and their mirror
+  images cycled): wall time against LARGE / SMALL times the small run (goal <= 1.1), peak RSS against the
+  small run (goal <= 1.10), and ``--resume`` after a SIGKILL at 60% byte-identical.
 * ``--memory``: hookdump's peak RSS on resnet50 at ``--images-large`` photos against ``--images`` (slow).
 * "hookdump's settings": the bare forward (and the seed's script) run with what ``hookdump`` does to its
   own process (malloc keeps freed memory within a batch and gives it back after it, ``allocator``;
@@ -365,6 +369,69 @@ def twins(args: argparse.Namespace, work: Path) -> None:
           "seed script", goals)  # fmt: skip
 
 
+def flipped_photos(folder: Path, count: int) -> Path:
+    """``count`` photos for ``--scale``: scikit-image's RGB and grayscale photos and their mirror images
+    (written once), cycled as hard links."""
+    from PIL import Image, ImageOps
+
+    made = folder.with_name(folder.name + "-sources")
+    made.mkdir()
+    data = Path(importlib.util.find_spec("skimage").origin).parent / "data"  # type: ignore[arg-type,union-attr]
+    picks = [p for p in sorted(data.glob("*.png")) if Image.open(p).mode in ("RGB", "L")]
+    sources = list(picks)
+    for p in picks:
+        mirrored = made / f"mirrored-{p.name}"
+        ImageOps.mirror(Image.open(p)).save(mirrored)
+        sources.append(mirrored)
+    folder.mkdir()
+    for i in range(count):
+        os.link(sources[i % len(sources)], folder / f"img{i:05d}.png")
+    return folder
+
+
+def scale(args: argparse.Namespace, work: Path) -> None:
+    """Issue 22's scale run: resnet50 ``layer4 --reduce mean`` and ``layer3`` full maps in float16 over
+    ``--scale-images`` SMALL,LARGE photos, one run each; the large run's wall time against LARGE / SMALL
+    times the small one's (goal <= 1.1), its peak RSS against the small one's (goal <= 1.10); then the
+    large ``layer3`` run killed (SIGKILL) after the checkpoint at 60% of its batches, ``--resume``d, and
+    its files compared byte for byte with the uninterrupted run's."""
+    small, large = (int(x) for x in args.scale_images.split(","))
+    n = args.batch
+    runs = {"layer4 --reduce mean": ["-l", "layer4", "--reduce", "mean"],
+            "layer3 float16": ["-l", "layer3", "--save-dtype", "float16"]}  # fmt: skip
+    folders = {count: flipped_photos(work / f"scale-{count}", count) for count in (small, large)}
+    print(f"scale: {RESNET}, batch {n}, {small:,} and {large:,} photos (scikit-image's, cycled and mirrored)")
+    for label, options in runs.items():
+        got = {}
+        for count, folder in folders.items():
+            out = work / f"scale-out-{count}"
+            got[count] = run(
+                hookdump("-m", RESNET, *options, folder, "--batch-size", n, "-o", out, "--quiet")
+            )
+            if count == large and label == "layer3 float16":
+                resumed = work / "scale-resumed"
+                batches = math.ceil(large / n)
+                cmd = hookdump("-m", RESNET, *options, folder, "--batch-size", n, "-o", resumed, "--quiet")
+                os.environ["HOOKDUMP_TEST_KILL_AT"] = f"checkpoint-{math.ceil(0.6 * batches)}"
+                killed = subprocess.run(cmd, capture_output=True)
+                del os.environ["HOOKDUMP_TEST_KILL_AT"]
+                subprocess.run([*cmd, "--resume"], check=True, capture_output=True)
+                same = all(
+                    (resumed / f.name).read_bytes() == f.read_bytes() for f in sorted(out.glob("*.npy"))
+                )
+                print(f"  {label}: killed at 60% (exit {killed.returncode}), --resume: files byte-identical"
+                      f" to the uninterrupted run: {same}")  # fmt: skip
+                shutil.rmtree(resumed, ignore_errors=True)
+            shutil.rmtree(out, ignore_errors=True)
+        (ws, rs, _, _), (wl, rl, _, _) = got[small], got[large]
+        wall_ratio, rss_ratio = wl / (ws * large / small), rl / rs
+        print(f"  {label}: {small:,} photos {ws:.0f} s, {rs:.0f} MB; {large:,} photos {wl:.0f} s,"
+              f" {rl:.0f} MB; wall / ({large // small} x small) {wall_ratio:.2f} (goal <= 1.1:"
+              f" {'met' if wall_ratio <= 1.1 else 'MISSED'}), peak RSS ratio {rss_ratio:.2f} (goal <= 1.10:"
+              f" {'met' if rss_ratio <= 1.10 else 'MISSED'})")  # fmt: skip
+    print()
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         kind = sys.argv[2]
@@ -390,6 +457,8 @@ def main() -> None:
     parser.add_argument("--images-twins", type=int, default=64, help="photos of twins-many")
     parser.add_argument("--trees", default="", help="a hookdump row more for each of these comma-separated"
                         " source trees (PYTHONPATH), to compare versions")  # fmt: skip
+    parser.add_argument("--scale", action="store_true", help="issue 22's scale run (long: not for CI)")
+    parser.add_argument("--scale-images", default="1000,10000", help="SMALL,LARGE photos of --scale")
     parser.add_argument("--memory", action="store_true", help="hookdump's peak RSS at --images-large too")
     parser.add_argument("--images-large", type=int, default=2048, help="photos of the --memory run")
     args = parser.parse_args()
@@ -414,6 +483,8 @@ def main() -> None:
             layers = ["pos_block.*.proj.0", "blocks.*.*"]
             title = f"{TWINS}, {' + '.join(layers)}, {args.images_twins} photos, batch {args.batch}"
             same_settings(title, TWINS, layers, [], few, work, args)
+        if args.scale:
+            scale(args, work)
         if "tv" in chosen:
             title = f"{TV}, {', '.join(STAGES)}, {args.images} photos, batch {args.batch}"
             same_settings(title, TV, STAGES, [], images, work, args)
