@@ -18,6 +18,17 @@ wall time. The photos are copies of scikit-image's RGB and grayscale sample phot
 * twins_svt_large from a seeded ``.safetensors`` checkpoint, ``pos_block.3.proj.0``, the bundled photo: the
   seed's script (``create_model``, ``load_state_dict(load_file(...))``, one hook, forward, ``np.save``)
   against ``hookdump capture --checkpoint``.
+* issue 22's rows, each the bare forward, the same with hookdump's process settings and ``hookdump
+  capture`` (goal: hookdump / the same-settings bare forward <= 1.05): ``vit-tokens`` (vit_small, every
+  block, full tokens), ``twins-many`` (twins_svt_large ``pos_block.*.proj.0`` + ``blocks.*.*``,
+  ``--images-twins`` photos), ``tv`` (torchvision's resnet50, ``tv:resnet50``, the four stages).
+  ``--no-peers`` drops resnet's hand-written and torchlens rows. Under every hookdump row the script
+  prints its breakdown (``HOOKDUMP_PROFILE``, ``hookdump/store/profile.py``): medians of the seconds in
+  each span of the run, main thread and writer thread, and what the process spent outside the run.
+* ``--scale`` (long, not for CI): resnet50 ``layer4 --reduce mean`` and ``layer3`` float16 full maps over
+  ``--scale-images`` SMALL,LARGE photos (default 1,000 and 10,000, scikit-image's photos and their mirror
+  images cycled): wall time against LARGE / SMALL times the small run (goal <= 1.1), peak RSS against the
+  small run (goal <= 1.10), and ``--resume`` after a SIGKILL at 60% byte-identical.
 * ``--memory``: hookdump's peak RSS on resnet50 at ``--images-large`` photos against ``--images`` (slow).
 * "hookdump's settings": the bare forward (and the seed's script) run with what ``hookdump`` does to its
   own process (malloc keeps freed memory within a batch and gives it back after it, ``allocator``;
@@ -25,13 +36,15 @@ wall time. The photos are copies of scikit-image's RGB and grayscale sample phot
   ``shell.exit_now``), so that the hooks, copies and writing are measured alone.
 
     .venv/bin/python scripts/bench_dataset.py [--images 256] [--rounds 3] [--batch 32]
-        [--cases resnet,vit,twins] [--memory] [--images-large 2048]
+        [--cases resnet,vit,twins,vit-tokens,twins-many,tv] [--no-peers] [--images-twins 64]
+        [--memory] [--images-large 2048]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import math
 import os
 import re
@@ -49,6 +62,7 @@ HOOKDUMP = str(Path(sys.executable).with_name("hookdump"))
 RESNET, STAGES = "resnet50", ["layer1", "layer2", "layer3", "layer4"]
 VIT, VIT_DEPTH = "vit_small_patch16_224", 12
 TWINS, TWINS_LAYER = "twins_svt_large", "pos_block.3.proj.0"
+TV = "tv:resnet50"
 Result = tuple[float, float, float, float | None]  # wall s, peak RSS MB, cpu s, hookdump's own seconds
 Goal = tuple[str, str, str, float]  # a, b, "<=" or ">=", limit of a's median / b's
 
@@ -87,8 +101,16 @@ def worker(kind: str, args: list[str]) -> None:
         return
     name, folder, out, batch, *names = args
     torch.manual_seed(0)
-    model = timm.create_model(name).eval()
-    transform = create_transform(**resolve_data_config({}, model=model), is_training=False)
+    if name.startswith("tv:"):  # torchvision's model, ImageNet's resize 256 and crop 224 (as hookdump's)
+        import torchvision
+        from torchvision import transforms as T
+
+        model = torchvision.models.get_model(name[3:], weights=None).eval()
+        mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+        transform = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), T.Normalize(mean, std)])
+    else:
+        model = timm.create_model(name).eval()
+        transform = create_transform(**resolve_data_config({}, model=model), is_training=False)
     paths = sorted(Path(folder).iterdir())
     size = int(batch)
     kept: dict[str, torch.Tensor] = {}
@@ -126,11 +148,22 @@ def worker(kind: str, args: list[str]) -> None:
         f.close()
 
 
-def run(cmd: list[str]) -> Result:
-    """Wall seconds, peak RSS (MB) and hookdump's own reported seconds of one command (nan: it failed)."""
+PROFILES: dict[str, list[dict[str, float]]] = {}  # case -> hookdump's breakdown of each round
+
+
+def run(cmd: list[str], case: str | None = None, tree: str | None = None) -> Result:
+    """Wall seconds, peak RSS (MB) and hookdump's own reported seconds of one command (nan: it failed);
+    a hookdump command's breakdown (``HOOKDUMP_PROFILE``) is kept in ``PROFILES[case]``."""
+    profile = Path(tempfile.mkdtemp(prefix="hookdump-profile-")) / "profile.json"
+    env = {**os.environ, "HOOKDUMP_PROFILE": str(profile)}
+    if tree:  # hookdump's code from this source tree (--trees)
+        env["PYTHONPATH"] = tree
     start = time.perf_counter()
-    done = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True)
+    done = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
+    if profile.exists() and case is not None:
+        PROFILES.setdefault(case, []).append({**json.loads(profile.read_text()), "wall": wall})
+    shutil.rmtree(profile.parent, ignore_errors=True)
     if done.returncode != 0:  # a failed run counts as nan (others edit hookdump while this runs)
         tail = done.stderr.split("\tCommand being timed")[0][-3000:]
         print(f"FAILED ({done.returncode}): {' '.join(cmd)}\n{tail}", file=sys.stderr)
@@ -165,13 +198,16 @@ def photos(folder: Path, count: int) -> Path:
     return folder
 
 
+TREES: dict[str, str] = {}  # case -> the source tree its hookdump runs from (--trees)
+
+
 def bench(cases: dict[str, tuple[list[str], Path]], rounds: int) -> dict[str, list[Result]]:
     """Every case (command, output folder) once a round, in turn; the folder is removed after each run."""
     results: dict[str, list[Result]] = {name: [] for name in cases}
     for r in range(rounds):
         for name, (cmd, out) in cases.items():
             shutil.rmtree(out, ignore_errors=True)
-            results[name].append(run(cmd))
+            results[name].append(run(cmd, name, TREES.get(name)))
             shutil.rmtree(out, ignore_errors=True)
             print(f"  round {r + 1}/{rounds} {name}: {results[name][-1][0]:.1f}s", file=sys.stderr)
     return results
@@ -204,7 +240,32 @@ def table(title: str, results: dict[str, list[Result]], base: str, goals: list[G
             verdict = "not measured (a run failed)" if math.isnan(ratio) else "met" if met else "MISSED"
             also = f"(min {mins[a] / mins[b]:.2f}, cpu {cpus[a] / cpus[b]:.2f})"
             print(f"goal: {a} / {b} {op} {limit:g}: {ratio:.2f} {verdict} {also}")
+    for name in results:
+        if PROFILES.get(name):
+            breakdown(name, PROFILES.pop(name))
     print()
+
+
+MAIN = ("setup", "decode", "forward", "hooks", "copy", "reduce", "writer wait", "between batches",
+        "writer drain", "commit")  # fmt: skip
+WRITER = ("stats", "write", "checkpoint", "on_batch")
+
+
+def breakdown(name: str, profiles: list[dict[str, float]]) -> None:
+    """Medians over the rounds of where ``name``'s time went (``hookdump.store.profile``): the main
+    thread's spans (copy and reduce are part of hooks), the writer thread's (they overlap the forward), and
+    what the process spent outside ``capture.run`` (imports, argument parsing, exit)."""
+
+    def m(key: str) -> float:
+        return statistics.median(p.get(key, 0.0) for p in profiles)
+
+    wall, run_s = m("wall"), m("run")
+    main = "  ".join(f"{k} {m(k):.2f}" for k in MAIN)
+    writer = "  ".join(f"{k} {m(k):.2f}" for k in WRITER)
+    print(f"  breakdown of {name} (s, medians of {len(profiles)}): wall {wall:.2f} = outside the run"
+          f" (imports, parsing, exit) {wall - run_s:.2f} + run {run_s:.2f}")  # fmt: skip
+    print(f"    main thread: {main}")
+    print(f"    writer thread (overlaps the forward): {writer}")
 
 
 def resnet(args: argparse.Namespace, images: Path, work: Path) -> None:
@@ -220,16 +281,21 @@ def resnet(args: argparse.Namespace, images: Path, work: Path) -> None:
             work / "o4",
         ),
     }
-    if importlib.util.find_spec("torchlens") is None:
+    if not args.peers:
+        del cases["hand-written hooks"], cases["torchlens"]
+    elif importlib.util.find_spec("torchlens") is None:
         print("note: torchlens is not installed (pip install torchlens): its row is left out")
         del cases["torchlens"]
+    tree_goals: list[Goal] = []
+    with_trees(cases, tree_goals, args, work)
     res = bench(cases, args.rounds)
     goals = [
         ("hookdump", "bare forward", "<=", 1.03),
         ("hand-written hooks", "hookdump", ">=", 1.05),
         ("torchlens", "hookdump", ">=", 4.0),
-        ("hookdump", "bare, hookdump's settings", "<=", 1.03),
-    ]  # the last: the hooks, copies and writing alone
+        ("hookdump", "bare, hookdump's settings", "<=", 1.05),
+        *tree_goals,
+    ]  # the last: the hooks, copies and writing alone (issue 22)
     table(f"{RESNET}, {', '.join(STAGES)}, {args.images} photos, batch {n}", res, "bare forward", goals)
     if args.memory:
         large = photos(work / "images-large", args.images_large)
@@ -240,6 +306,32 @@ def resnet(args: argparse.Namespace, images: Path, work: Path) -> None:
         print(f"hookdump peak RSS: {args.images} photos {small:.0f} MB (median), {args.images_large} photos "
               f"{big:.0f} MB (one run, {wall:.0f}s); goal {args.images_large} / {args.images} <= 1.10: "
               f"{big / small:.2f} {'met' if big / small <= 1.10 else 'MISSED'}\n")  # fmt: skip
+
+
+def same_settings(title: str, model: str, layers: list[str], extra: list[str], images: Path, work: Path,
+                  args: argparse.Namespace) -> None:  # fmt: skip
+    """The bare forward, the same with hookdump's process settings, and ``hookdump capture``: the row
+    that issue 22's goal is measured on (hookdump / the same-settings bare forward <= 1.05)."""
+    n, picked = args.batch, [x for layer in layers for x in ("-l", layer)]
+    cases = {
+        "bare forward": (me("bare", model, images, work / "o1", n), work / "o1"),
+        "bare, hookdump's settings": (me("bare+", model, images, work / "o0", n), work / "o0"),
+        "hookdump": (hookdump("-m", model, *picked, *extra, images, "--batch-size", n, "-o", work / "o4"),
+                     work / "o4"),
+    }  # fmt: skip
+    goals = [("hookdump", "bare, hookdump's settings", "<=", 1.05)]
+    with_trees(cases, goals, args, work)
+    table(title, bench(cases, args.rounds), "bare forward", goals)
+
+
+def with_trees(cases: dict[str, tuple[list[str], Path]], goals: list[Goal], args: argparse.Namespace,
+               work: Path) -> None:  # fmt: skip
+    """A hookdump row more for each tree of ``--trees``: the same command, another folder, that code."""
+    for i, tree in enumerate(args.trees.split(",") if args.trees else []):
+        label = f"hookdump {Path(tree).name}"
+        cases[label] = ([*cases["hookdump"][0][:-1], str(work / f"t{i}")], work / f"t{i}")
+        TREES[label] = tree
+        goals.append((label, "bare, hookdump's settings", "<=", 1.05))
 
 
 def vit(args: argparse.Namespace, images: Path, work: Path) -> None:
@@ -277,6 +369,69 @@ def twins(args: argparse.Namespace, work: Path) -> None:
           "seed script", goals)  # fmt: skip
 
 
+def flipped_photos(folder: Path, count: int) -> Path:
+    """``count`` photos for ``--scale``: scikit-image's RGB and grayscale photos and their mirror images
+    (written once), cycled as hard links."""
+    from PIL import Image, ImageOps
+
+    made = folder.with_name(folder.name + "-sources")
+    made.mkdir()
+    data = Path(importlib.util.find_spec("skimage").origin).parent / "data"  # type: ignore[arg-type,union-attr]
+    picks = [p for p in sorted(data.glob("*.png")) if Image.open(p).mode in ("RGB", "L")]
+    sources = list(picks)
+    for p in picks:
+        mirrored = made / f"mirrored-{p.name}"
+        ImageOps.mirror(Image.open(p)).save(mirrored)
+        sources.append(mirrored)
+    folder.mkdir()
+    for i in range(count):
+        os.link(sources[i % len(sources)], folder / f"img{i:05d}.png")
+    return folder
+
+
+def scale(args: argparse.Namespace, work: Path) -> None:
+    """Issue 22's scale run: resnet50 ``layer4 --reduce mean`` and ``layer3`` full maps in float16 over
+    ``--scale-images`` SMALL,LARGE photos, one run each; the large run's wall time against LARGE / SMALL
+    times the small one's (goal <= 1.1), its peak RSS against the small one's (goal <= 1.10); then the
+    large ``layer3`` run killed (SIGKILL) after the checkpoint at 60% of its batches, ``--resume``d, and
+    its files compared byte for byte with the uninterrupted run's."""
+    small, large = (int(x) for x in args.scale_images.split(","))
+    n = args.batch
+    runs = {"layer4 --reduce mean": ["-l", "layer4", "--reduce", "mean"],
+            "layer3 float16": ["-l", "layer3", "--save-dtype", "float16"]}  # fmt: skip
+    folders = {count: flipped_photos(work / f"scale-{count}", count) for count in (small, large)}
+    print(f"scale: {RESNET}, batch {n}, {small:,} and {large:,} photos (scikit-image's, cycled and mirrored)")
+    for label, options in runs.items():
+        got = {}
+        for count, folder in folders.items():
+            out = work / f"scale-out-{count}"
+            got[count] = run(
+                hookdump("-m", RESNET, *options, folder, "--batch-size", n, "-o", out, "--quiet")
+            )
+            if count == large and label == "layer3 float16":
+                resumed = work / "scale-resumed"
+                batches = math.ceil(large / n)
+                cmd = hookdump("-m", RESNET, *options, folder, "--batch-size", n, "-o", resumed, "--quiet")
+                os.environ["HOOKDUMP_TEST_KILL_AT"] = f"checkpoint-{math.ceil(0.6 * batches)}"
+                killed = subprocess.run(cmd, capture_output=True)
+                del os.environ["HOOKDUMP_TEST_KILL_AT"]
+                subprocess.run([*cmd, "--resume"], check=True, capture_output=True)
+                same = all(
+                    (resumed / f.name).read_bytes() == f.read_bytes() for f in sorted(out.glob("*.npy"))
+                )
+                print(f"  {label}: killed at 60% (exit {killed.returncode}), --resume: files byte-identical"
+                      f" to the uninterrupted run: {same}")  # fmt: skip
+                shutil.rmtree(resumed, ignore_errors=True)
+            shutil.rmtree(out, ignore_errors=True)
+        (ws, rs, _, _), (wl, rl, _, _) = got[small], got[large]
+        wall_ratio, rss_ratio = wl / (ws * large / small), rl / rs
+        print(f"  {label}: {small:,} photos {ws:.0f} s, {rs:.0f} MB; {large:,} photos {wl:.0f} s,"
+              f" {rl:.0f} MB; wall / ({large // small} x small) {wall_ratio:.2f} (goal <= 1.1:"
+              f" {'met' if wall_ratio <= 1.1 else 'MISSED'}), peak RSS ratio {rss_ratio:.2f} (goal <= 1.10:"
+              f" {'met' if rss_ratio <= 1.10 else 'MISSED'})")  # fmt: skip
+    print()
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         kind = sys.argv[2]
@@ -295,7 +450,15 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=256, help="photos of every case but twins")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are printed")
     parser.add_argument("--batch", type=int, default=32, help="images per forward pass, everyone")
-    parser.add_argument("--cases", default="resnet,vit,twins", help="comma-separated: resnet, vit, twins")
+    parser.add_argument("--cases", default="resnet,vit,twins,vit-tokens,twins-many,tv",
+                        help="comma-separated: resnet, vit, twins, vit-tokens, twins-many, tv")  # fmt: skip
+    parser.add_argument("--no-peers", dest="peers", action="store_false",
+                        help="resnet without the hand-written and torchlens rows")  # fmt: skip
+    parser.add_argument("--images-twins", type=int, default=64, help="photos of twins-many")
+    parser.add_argument("--trees", default="", help="a hookdump row more for each of these comma-separated"
+                        " source trees (PYTHONPATH), to compare versions")  # fmt: skip
+    parser.add_argument("--scale", action="store_true", help="issue 22's scale run (long: not for CI)")
+    parser.add_argument("--scale-images", default="1000,10000", help="SMALL,LARGE photos of --scale")
     parser.add_argument("--memory", action="store_true", help="hookdump's peak RSS at --images-large too")
     parser.add_argument("--images-large", type=int, default=2048, help="photos of the --memory run")
     args = parser.parse_args()
@@ -312,6 +475,19 @@ def main() -> None:
             vit(args, images, work)
         if "twins" in chosen:
             twins(args, work)
+        if "vit-tokens" in chosen:
+            title = f"{VIT}, every block, full tokens, {args.images} photos, batch {args.batch}"
+            same_settings(title, VIT, ["blocks.*"], [], images, work, args)
+        if "twins-many" in chosen:
+            few = photos(work / "images-twins", args.images_twins)
+            layers = ["pos_block.*.proj.0", "blocks.*.*"]
+            title = f"{TWINS}, {' + '.join(layers)}, {args.images_twins} photos, batch {args.batch}"
+            same_settings(title, TWINS, layers, [], few, work, args)
+        if args.scale:
+            scale(args, work)
+        if "tv" in chosen:
+            title = f"{TV}, {', '.join(STAGES)}, {args.images} photos, batch {args.batch}"
+            same_settings(title, TV, STAGES, [], images, work, args)
     finally:
         shutil.rmtree(work)
     print(f"total {time.perf_counter() - began:.0f}s")

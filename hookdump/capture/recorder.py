@@ -14,6 +14,7 @@ from ..errors import LayerError, UsageError
 from ..model.layers import LayerTarget, call_out_of_range
 from ..model.outputs import leaves
 from ..model.tree import is_container
+from ..store import profile
 from ..store.records import Captured, Key, key_from_json
 from .reduce import prefix_of
 from .reduce import reduce as pool
@@ -94,6 +95,8 @@ class Recorder:
         self.calls_per_forward: dict[str, int] = dict.fromkeys(self.selected, 0)
         self.stopped_early = False
         self._live: list[tuple[Key, torch.Tensor, int]] = []
+        self._deferred: list[tuple[Key, torch.Tensor, int]] = []  # kept by reference until the pass ends
+        self._eager: set[Key] = set()  # copied at hook time, always: changed in place in some pass
         self._stop_in_target: set[str] = set()
         self._handles: list[RemovableHandle] = []
 
@@ -158,16 +161,19 @@ class Recorder:
 
     def _pre_hook(self, path: str) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            start = profile.clock()
             call = self.calls[path]
             if self._wanted(path, call):
                 for name, value in [*enumerate(args), *kwargs.items()]:
                     for index, leaf in leaves(value, str(name)):
                         self._keep((path, "input", index, call), leaf)
+            profile.add("hooks", start)
 
         return hook
 
     def _hook(self, path: str) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            start = profile.clock()
             call = self.calls[path]
             self.calls[path] += 1
             layer, kind = self.save_as.get(path, (path, "output"))
@@ -178,6 +184,7 @@ class Recorder:
                     found = [item for n, item in enumerate(tensors) if n in self.elements[path]]
                 for index, leaf in found:
                     self._keep((layer, kind, index, call), leaf)
+            profile.add("hooks", start)
             if path in self._stop_in_target:
                 self._stop_if_done()
 
@@ -206,8 +213,18 @@ class Recorder:
         prefix = prefix_of(tensor, self.reduce, self.tokens)
         if prefix:
             self.prefix_left_out[key[0]] = prefix
+        start = profile.clock()
         pooled = pool(tensor.detach(), self.reduce, key[0] in self.channels_last, prefix)
-        self.batch[key] = pooled.to("cpu", copy=True)
+        start = profile.add("reduce", start)
+        on_cpu = pooled.device.type == "cpu" and not self.grad
+        if on_cpu and self.reduce in ("mean", "max") and pooled.dim() != tensor.dim():
+            self.batch[key] = pooled  # a new tensor that only this dict holds: nothing to copy
+        elif on_cpu and key in self.seen and key not in self._eager and _SHARERS is not None:
+            self.batch[key] = pooled  # checked when the pass ends (_settle), copied then if need be
+            self._deferred.append((key, pooled, pooled._version))
+        else:
+            self.batch[key] = pooled.to("cpu", copy=True)
+        profile.add("copy", start)
         self.seen[key] = None
 
     def drain(self) -> dict[Key, torch.Tensor]:
@@ -220,17 +237,44 @@ class Recorder:
 
         Returns the class whose score was differentiated for each image (empty without grad).
         """
-        self.calls = dict.fromkeys(self.selected, 0)
-        self._live.clear()
-        try:
-            output = self.model(batch)
-        except _EarlyStop:
-            self.stopped_early = True
-            output = None
-        self.modified |= {key for key, live, version in self._live if live._version != version}
-        self._live.clear()
+        while True:
+            self.calls = dict.fromkeys(self.selected, 0)
+            self._live.clear()
+            self._deferred.clear()
+            start = profile.clock()
+            try:
+                output = self.model(batch)
+            except _EarlyStop:
+                self.stopped_early = True
+                output = None
+            profile.add("model", start)  # the hooks' time included (profile.dump takes it out)
+            self.modified |= {key for key, live, version in self._live if live._version != version}
+            self._live.clear()
+            if not self.grad:
+                output = None  # (the last layer's output may be a captured tensor: see _settle)
+            if self._settle():
+                break
+        self._deferred.clear()
         self._check_fired(model_label)
         return self._backward(output, target) if self.grad else []
+
+    def _settle(self) -> bool:
+        """After a pass: each tensor kept by reference (``_store``, a key that an earlier pass saw and that
+        nothing has changed in place so far) is its hook-time self if its version counter did not move; kept
+        as it is where no other tensor shares its storage (nothing can change it later), copied now where
+        one does (the model may hold it). False, the batch to be run again with those keys copied at hook
+        time, when one was changed in place after its hook (its hook-time values are gone)."""
+        start = profile.clock()
+        lost = {key for key, kept, version in self._deferred if kept._version != version}
+        if lost:
+            self._eager |= lost
+            self.batch.clear()
+            return False
+        for key, kept, _ in self._deferred:
+            if _SHARERS is None or _SHARERS(kept.untyped_storage()._cdata) > 2:  # it and our Python handle
+                self.batch[key] = kept.clone()
+        profile.add("copy", start)
+        return True
 
     def _backward(self, output: Any, target: int | None) -> list[int]:
         if not isinstance(output, torch.Tensor) or output.dim() != 2:
@@ -290,6 +334,11 @@ class Recorder:
             Captured(*key, self.calls_per_forward[key[0]], key in self.modified, order=ran[key])
             for key in keys
         ]
+
+
+# How many holders a storage has (tensors, and the Python handle asked for): a private torch function, so
+# every tensor is copied at hook time, as before, where this torch has none.
+_SHARERS: Callable[[int], int] | None = getattr(torch._C, "_storage_Use_Count", None)
 
 
 def _elements(targets: list[LayerTarget]) -> dict[str, frozenset[int]]:

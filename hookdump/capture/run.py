@@ -19,7 +19,7 @@ from ..inputs import files, loader
 from ..inputs.files import frame_notes, random_batch, skipped_note
 from ..inputs.files import records as input_records
 from ..model import build, layouts
-from ..store import manifest, sinks
+from ..store import manifest, profile, sinks
 from ..store.reader import finished_manifest
 from ..store.records import Captured, Key
 from . import header, parallel
@@ -68,14 +68,18 @@ def run(
             writer.append(tensors)
             writer.checkpoint(progress, classes, paths)
             if on_batch is not None:
+                start = profile.clock()
                 on_batch(images, len(found.paths) or 1, writer.bytes_written())
+                profile.add("on_batch", start)  # the progress line, and malloc_trim in the console script
 
         behind = Behind(write)
 
         def sink(tensors: dict[Key, torch.Tensor], batch: loader.Batch, classes: list[int]) -> None:
             state.advance(batch, classes)
             progress = state.progress(len(input_list), recorder)
+            start = profile.clock()
             behind.put((tensors, progress, classes, state.images, list(batch.paths)))
+            profile.add("writer wait", start)
 
         def stopped(exc: KeyboardInterrupt) -> Interrupted:
             """Keep what reached the disk (its last checkpoint), say so in the folder and to the user."""
@@ -86,9 +90,13 @@ def run(
             return Interrupted(code, _interrupted_text(opts.out, writer.images_done, total, writer, advice))
 
         batches = _batches(found, state.batches)
+        profile.reset()
+        loop = profile.add("setup", started)
         try:
-            forward_all(net, recorder, batches, run, name.requested, sink)
+            forward_all(net, recorder, _timed(batches), run, name.requested, sink)
+            start = profile.add("loop", loop)
             behind.close()
+            profile.add("writer drain", start)
         except KeyboardInterrupt as exc:
             behind.close(errors=False)  # the batches already computed still reach the disk
             raise stopped(exc) from None
@@ -124,12 +132,15 @@ def run(
             "num_prefix_tokens": found.prefix_tokens, "class_token": found.class_token,
             "num_patch_tokens": (token_layout(net) or (None, None))[0], **found.model_record
         }  # fmt: skip
+        start = profile.clock()
         try:
             saved = writer.commit(results, made)
         except KeyboardInterrupt as exc:  # while .pt / .safetensors were made: every batch is on disk
             if writer.committed:
                 raise
             raise stopped(exc) from None
+        profile.add("commit", start)
+    profile.dump({"run": time.perf_counter() - started})
     return CaptureResult(
         out=opts.out,
         manifest=opts.out / manifest.MANIFEST,
@@ -235,6 +246,15 @@ def _batches(found: CapturePlan, done: int) -> Generator[loader.Batch, None, Non
     workers = loader.default_workers(len(rest), opts.batch_size) if opts.workers is None else opts.workers
     pin = build.resolve_device(opts.device).type == "cuda"
     yield from loader.batches(rest, found.config, opts.batch_size, workers, opts.skip_bad, pin)
+
+
+def _timed(batches: Generator[loader.Batch, None, None]) -> Generator[loader.Batch, None, None]:
+    """``batches``, with the time spent waiting for each added to the profile's ``decode``."""
+    start = profile.clock()
+    for batch in batches:
+        profile.add("decode", start)
+        yield batch
+        start = profile.clock()
 
 
 def _interrupted_text(out: Path, done: int, total: int, writer: sinks.Writer, advice: str) -> str:

@@ -15,7 +15,7 @@ import torch
 from ..digest import sha256
 from ..errors import Interrupted, UsageError, check_choice
 from ..failures import DISK_FULL, disk_full
-from . import commit, outdir
+from . import commit, outdir, profile
 from .formats import SAFETENSORS_INDEX, write_pt, write_safetensors
 from .lock import OutputLock
 from .manifest import MANIFEST
@@ -224,6 +224,7 @@ class Writer:
         """After a batch reached the files: record it (``progress``: counts, recorder state; the sha256 of
         the batch's ``inputs``, and its classes with --grad, are appended to files of their own, so no
         checkpoint grows with the dataset)."""
+        start = profile.clock()
         pairs = [(str(p), sha256(p)) for p in inputs]
         self.hashes.update(pairs)
         _append_line(self.scratch / HASHES, json.dumps(pairs))
@@ -244,6 +245,7 @@ class Writer:
             self._synced = len(self.streams)
         commit.write_json(self.scratch / PROGRESS, {**progress, "streams": streams}, durable=True)
         self.images_done = int(progress.get("images", 0))
+        profile.add("checkpoint", start)
         commit.kill_at(f"checkpoint-{progress.get('batches')}")
 
     @property
@@ -272,11 +274,14 @@ class Writer:
                 )
                 self.source_dtypes[key] = tensor.dtype
                 self.stats[key] = Accumulator()
+            start = profile.clock()
             saved = _for_saving(tensor, self.save_dtype)
             self.streams[key].append(saved)
+            start = profile.add("write", start)
             acc = self.stats[key]
             if acc is not None:
                 acc.update(saved)
+            profile.add("stats", start)
 
     def nonfinite_notes(self, entries: list[Captured]) -> list[str]:
         """A note for each tensor that holds NaN or Inf, naming it."""

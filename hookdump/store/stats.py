@@ -54,7 +54,7 @@ class Accumulator:
         """One chunk of rows: counts, min and max in its own float dtype, sums in float64 ``PIECE`` values
         of a row at a time (a copy that stays in the CPU's cache)."""
         self.count += v.size
-        self.zeros += v.size - int(np.count_nonzero(v))  # NaN is not zero; -0.0 is
+        self.zeros += int(np.count_nonzero(v == 0))  # NaN is not zero, -0.0 is (v == 0: 2x faster)
         low, high = v.min(), v.max()  # NaN reaches both, an infinity one of them
         clean = bool(np.isfinite(low) and np.isfinite(high))
         finite = v.size
@@ -70,8 +70,11 @@ class Accumulator:
         if finite:
             self.min = float(low) if self.min is None else min(self.min, float(low))
             self.max = float(high) if self.max is None else max(self.max, float(high))
+        wide = np.empty((v.shape[0], min(PIECE, v.shape[1])), np.float64)  # reused: one allocation a chunk
         for start in range(0, v.shape[1], PIECE):  # the same pieces of a row whatever the rows around it
-            x = v[:, start : start + PIECE].astype(np.float64)
+            piece = v[:, start : start + PIECE]
+            x = wide[:, : piece.shape[1]]
+            np.copyto(x, piece)  # each row's values stay contiguous: numpy sums them as it would a copy
             if not clean:
                 x[~np.isfinite(x)] = 0.0
             for total in x.sum(axis=1).tolist():

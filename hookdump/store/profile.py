@@ -1,0 +1,51 @@
+"""Where a capture's time goes: seconds added up by name in the code path (``time.perf_counter``, a few
+microseconds a batch), written as JSON to the file ``HOOKDUMP_PROFILE`` names when the run ends; nothing is
+written without it. ``scripts/bench_dataset.py`` prints them as the breakdown of hookdump's rows.
+
+On the main thread: ``setup`` (plan, model load, before the first batch), ``decode`` (waiting for the next
+batch from the decoding workers), ``forward`` (the model's own work: its calls less the time in hookdump's
+hooks), ``hooks`` (of which ``copy`` and ``reduce``), ``writer wait`` (waiting for the writer thread to
+take a batch), ``between batches`` (the rest of the loop: Python between the batches), ``writer drain``
+(after the last batch, until the writer is done) and ``commit`` (the files moved, the manifest). On the
+writer thread, overlapping the forward: ``stats``, ``write`` (the streams' appends), ``checkpoint``
+(fsyncs, input hashes, progress.json) and ``on_batch`` (the caller's: the progress line, and the console
+script's ``malloc_trim``). ``run`` is the whole of ``capture.run``."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+ENV = "HOOKDUMP_PROFILE"
+clock = time.perf_counter
+seconds: dict[str, float] = {}
+_lock = threading.Lock()
+
+
+def add(name: str, since: float) -> float:
+    """Add the seconds from ``since`` to now to ``name``; now (the next span's start)."""
+    now = clock()
+    with _lock:
+        seconds[name] = seconds.get(name, 0.0) + now - since
+    return now
+
+
+def reset() -> None:
+    with _lock:
+        seconds.clear()
+
+
+def dump(extra: dict[str, float] | None = None) -> None:
+    """Write the seconds (and ``extra``) to the file ``HOOKDUMP_PROFILE`` names, if it names one."""
+    target = os.environ.get(ENV)
+    if target:
+        with _lock:
+            data = {**seconds, **(extra or {})}
+        if "model" in data:
+            data["forward"] = data.pop("model") - data.get("hooks", 0.0)
+            inside = ("decode", "forward", "hooks", "writer wait")
+            data["between batches"] = data.pop("loop", 0.0) - sum(data.get(k, 0.0) for k in inside)
+        Path(target).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

@@ -1,0 +1,82 @@
+"""Would ``--compile`` pay (issue 22, item 4)? ``torch.compile`` of a hooked model against the same model run
+eagerly, on the CPU, in one process: end-to-end time including compilation, the values' largest
+difference, and the graph breaks (``torch._dynamo.explain``).
+
+The model is resnet50 (seeded random weights) with hookdump's kind of hooks on ``layer1`` .. ``layer4``
+(each output copied at hook time into a dict); inputs are seeded random batches (decoding is the same for
+both, so it is left out). The compiled model is ``torch.compile(model)`` with the hooks registered first,
+which dynamo traces into the graph. Eager and compiled take turns batch by batch after the compiled one's
+first call (its compilation, timed on its own), so the machine's noise falls on both.
+
+    python scripts/bench_compile.py [--images 256] [--batch 32] [--model resnet50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--images", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--layers", default="layer1,layer2,layer3,layer4")
+    args = parser.parse_args()
+    import timm
+    import torch
+
+    torch.manual_seed(0)
+    model = timm.create_model(args.model).eval()
+    kept: dict[str, torch.Tensor] = {}
+    modules = dict(model.named_modules())
+    for name in args.layers.split(","):
+
+        def hook(module: Any, inputs: Any, output: torch.Tensor, name: str = name) -> None:
+            kept[name] = output.detach().clone()
+
+        modules[name].register_forward_hook(hook)
+    batches = max(1, args.images // args.batch)
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(args.batch, 3, 224, 224, generator=generator)
+    with torch.no_grad():
+        explained = torch._dynamo.explain(model)(x)
+        torch._dynamo.reset()
+        print(f"graphs {explained.graph_count}, graph breaks {explained.graph_break_count}")
+        for reason in explained.break_reasons[:5]:
+            print(f"  break: {reason.reason}")
+        compiled = torch.compile(model)
+        start = time.perf_counter()
+        compiled(x)
+        first = time.perf_counter() - start
+        got = {k: v.clone() for k, v in kept.items()}
+        model(x)
+        worst = max(
+            float((got[k] - kept[k]).abs().max()) / max(float(kept[k].abs().max()), 1e-12) for k in kept
+        )
+        eager_s, compiled_s = [], []
+        for _ in range(batches - 1):
+            for fn, times in ((model, eager_s), (compiled, compiled_s)):
+                start = time.perf_counter()
+                fn(x)
+                times.append(time.perf_counter() - start)
+    eager_batch = statistics.median(eager_s) if eager_s else first
+    compiled_batch = statistics.median(compiled_s) if compiled_s else first
+    print(f"first compiled call (compilation + one batch of {args.batch}): {first:.1f} s")
+    print(f"per batch, medians of {len(eager_s)}: eager {eager_batch:.2f} s, compiled {compiled_batch:.2f} s"
+          f" ({compiled_batch / eager_batch:.2f}x)")  # fmt: skip
+    print(f"largest relative difference compiled vs eager: {worst:.1e}")
+    for images in sorted({args.images, 2048, 10000}):
+        n = max(1, images // args.batch)
+        eager_total = n * eager_batch
+        compiled_total = first + (n - 1) * compiled_batch
+        ratio = compiled_total / eager_total
+        print(f"{images} images, end to end (forward only, from the batches measured): eager"
+              f" {eager_total:.0f} s, compiled {compiled_total:.0f} s ({ratio:.2f}x)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""``HOOKDUMP_PROFILE``: where a capture's time went, written as JSON when the run ends (issue 22's
+breakdown, which scripts/bench_dataset.py prints); nothing is written without it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hookdump import api
+from hookdump.inputs.files import InputSpec
+from hookdump.store import profile
+
+
+def test_the_profile_names_every_span_and_they_fit_in_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sample = InputSpec(sample=True)
+    api.capture(sample, ["layer1"], model="test_resnet", out=tmp_path / "plain")
+    assert not list(tmp_path.glob("*.json"))
+    target = tmp_path / "profile.json"
+    monkeypatch.setenv(profile.ENV, str(target))
+    api.capture(sample, ["layer1", "layer3"], model="test_resnet", out=tmp_path / "out")
+    spans = json.loads(target.read_text())
+    main = ("setup", "decode", "forward", "hooks", "writer wait", "between batches", "writer drain", "commit")
+    writer = ("stats", "write", "checkpoint")
+    assert set(main + writer + ("copy", "reduce", "run")) <= set(spans), sorted(spans)
+    assert all(spans[k] >= 0 for k in main + writer + ("copy", "run"))
+    assert spans["copy"] + spans["reduce"] <= spans["hooks"]
+    assert sum(spans[k] for k in main) <= spans["run"] * 1.001
