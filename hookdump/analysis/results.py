@@ -6,13 +6,11 @@ show each in a section of its own."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from ..digest import sha256
-from ..errors import UsageError
-from ..failures import from_environment
+from ..failures import write_whole
 from ..store.manifest import MANIFEST
 
 COMPARE_FOLDER = "compare"  # compare's default --out, inside A
@@ -39,17 +37,7 @@ def write_result(path: Path, kind: str, record: dict[str, Any], captures: dict[s
     sha256 of each capture's manifest (``a_manifest_sha256``, ...) it was made from."""
     shas = {f"{k}_manifest_sha256": None if v is None else manifest_sha256(v) for k, v in captures.items()}
     text = json.dumps({KIND: kind, **record, **shas}, indent=1) + "\n"
-    tmp = path.parent / f".hookdump-{os.getpid()}-{path.name}"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise from_environment(exc) or UsageError(
-            f"Cannot write `{path}`: {exc}", "Choose another folder."
-        ) from exc
-    return path
+    return write_whole(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), "Choose another folder.")
 
 
 def read_result(path: Path, kind: str) -> dict[str, Any] | None:

@@ -5,15 +5,13 @@ and the value; written all or nothing. numpy and Pillow only."""
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
-from ..failures import from_environment
+from ..failures import write_whole
 from .colormap import paint
 from .grid import CHAR, LINE, PADDING, SEPARATOR, TEXT
 from .maps import to_unit
@@ -66,17 +64,9 @@ def contact_sheet(
     pen.text((PADDING, PADDING), _latin(caption), fill=TEXT, font=font)
     for (left, top), label in zip(spots, labels, strict=True):
         pen.text((left, top), _latin(label[: tw // CHAR]), fill=TEXT, font=font)
-    tmp = out.parent / f".hookdump-{os.getpid()}-contact.png"
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        sheet.save(tmp, format="PNG", compress_level=3)
-        os.replace(tmp, out)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise from_environment(exc) or UsageError(
-            f"Cannot write `{out}`: {exc}", "Choose another --out."
-        ) from exc
-    return out
+    return write_whole(
+        out, lambda tmp: sheet.save(tmp, format="PNG", compress_level=3), "Choose another --out."
+    )
 
 
 def _latin(text: str) -> str:

@@ -4,14 +4,12 @@ printed in the cells while they fit, a caption; written all or nothing. numpy an
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import UsageError
-from ..failures import from_environment
+from ..failures import write_whole
 from .colormap import paint
 from .grid import CHAR, LINE, PADDING, SEPARATOR, TEXT
 
@@ -59,17 +57,7 @@ def heatmap(
                 ink = (0, 0, 0) if np.isfinite(v) and v > 0.6 else TEXT
                 at = (left + j * cell + (cell - CHAR * len(text)) // 2, top + i * cell + (cell - LINE) // 2)
                 pen.text(at, text, fill=ink, font=font)
-    tmp = out.parent / f".hookdump-{os.getpid()}-heatmap.png"
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        picture.save(tmp, format="PNG")
-        os.replace(tmp, out)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise from_environment(exc) or UsageError(
-            f"Cannot write `{out}`: {exc}", "Choose another --png."
-        ) from exc
-    return out
+    return write_whole(out, lambda tmp: picture.save(tmp, format="PNG"), "Choose another --png.")
 
 
 def _latin(text: str) -> str:
