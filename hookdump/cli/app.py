@@ -12,7 +12,8 @@ import typer
 from .. import digest
 from ..errors import Interrupted, UsageError
 from ..version import __version__
-from . import process, shell
+from . import after, process, shell
+from .options import ConfigOpt, ImportOpt, InputSizeOpt, JsonOpt, ModelArgOpt, ModelOpt, PrintConfigOpt
 
 app = typer.Typer(
     cls=shell.Group,
@@ -38,56 +39,6 @@ def _root(
     ] = False,
 ) -> None:
     """See inside timm vision models: list hookable modules, capture layer activations to files."""
-
-
-# Options shared by several commands, declared once.
-ModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--model",
-        "-m",
-        help="timm model name, a Twins alias (alt_gvt_large, pcpvt_small, ...), tv:NAME (torchvision), or"
-        " hf:FOLDER_OR_ID (transformers), or open_clip:ARCH[:TAG] (an OpenCLIP image tower).",
-    ),
-]
-ImportOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--import", help="Module or .py file to import first (registers models with timm). Repeatable."
-    ),
-]
-ModelArgOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--model-arg",
-        metavar="KEY=VALUE",
-        help="Keyword for timm.create_model (num_classes=10, in_chans=1); a Python literal or a string."
-        " Repeatable.",
-    ),
-]
-InputSizeOpt = Annotated[
-    str | None, typer.Option("--input-size", help="C,H,W instead of the model's default.")
-]
-JsonOpt = Annotated[
-    bool,
-    typer.Option(
-        "--json",
-        callback=shell.set_json,
-        help="Print one JSON document on stdout (errors too) instead of text.",
-    ),
-]
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--config",
-        is_eager=True,
-        callback=shell.apply_config,
-        help="TOML file (or a capture's manifest.json) whose keys are these options; flags given here win.",
-    ),
-]
-PrintConfigOpt = Annotated[
-    bool, typer.Option("--print-config", help="Print the effective options as a TOML config and exit.")
-]
 
 
 def _model_spec(name: str | None, imports: list[str] | None, args: list[str] | None, **weights: Any) -> Any:
@@ -330,105 +281,7 @@ def report(
     typer.echo(render.as_json(written.as_dict()) if json_out else written.summary())
 
 
-@app.command("diff")
-def diff_command(
-    a: Annotated[Path, typer.Argument(metavar="A", help="A finished capture folder (the reference).")],
-    b: Annotated[Path, typer.Argument(metavar="B", help="The capture folder to check against A.")],
-    atol: Annotated[float, typer.Option(help="Absolute tolerance: |a - b| <= atol + rtol * |b|.")] = 1e-8,
-    rtol: Annotated[float, typer.Option(help="Relative tolerance (numpy.isclose's defaults).")] = 1e-5,
-    maps: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--map", metavar="PATTERN=REPLACEMENT", help="Rename A's tensors (a regex). Repeatable."
-        ),
-    ] = None,
-    only_common: Annotated[
-        bool, typer.Option("--only-common", help="Tensors on one side only do not count as a difference.")
-    ] = False,
-    allow_different_inputs: Annotated[
-        bool, typer.Option("--allow-different-inputs", help="Compare even when the inputs' sha256 differ.")
-    ] = False,
-    json_out: JsonOpt = False,
-) -> None:
-    """Compare two captures tensor by tensor; exit 1 when any differs (as diff and cmp), naming the first."""
-    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
-    from ..analysis.diff import diff
-    from . import render
-
-    found = diff(
-        a, b, atol=atol, rtol=rtol, maps=maps or (), only_common=only_common,
-        allow_different_inputs=allow_different_inputs,
-    )  # fmt: skip
-    render.notes(found.notes)
-    typer.echo(render.as_json(found.as_dict()) if json_out else found.summary())
-    if found.differs:
-        raise typer.Exit(1)
-
-
-@app.command("compare")
-def compare_command(
-    a: Annotated[Path, typer.Argument(metavar="A", help="A finished capture folder.")],
-    b: Annotated[
-        Path | None, typer.Argument(metavar="[B]", help="A second capture of the same inputs (else A again).")
-    ] = None,
-    layers: Annotated[
-        list[str] | None,
-        typer.Option("--layers", help="Tensors to compare: names, globs, re:REGEX. Repeatable."),
-    ] = None,
-    metric: Annotated[str, typer.Option(help="cka (linear CKA) or rsa (RDMs compared).")] = "cka",
-    biased: Annotated[bool, typer.Option("--biased", help="CKA from the classic, biased HSIC.")] = False,
-    distance: Annotated[str, typer.Option(help="RSA: correlation or euclidean distance.")] = "correlation",
-    method: Annotated[str, typer.Option(help="RSA: compare RDMs by spearman or tau-a.")] = "spearman",
-    rdm_only: Annotated[bool, typer.Option("--rdm-only", help="Only write the RDMs (.npy).")] = False,
-    png: Annotated[bool, typer.Option("--png", help="Draw the matrix as a labelled heat map.")] = False,
-    out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Folder for the PNG and RDMs (default: A/compare).")
-    ] = None,
-    allow_different_inputs: Annotated[
-        bool, typer.Option("--allow-different-inputs", help="Compare even when the inputs' sha256 differ.")
-    ] = False,
-    reduce: Annotated[
-        str, typer.Option(help="Pool each tensor to (N, C) first, as capture's: mean, max, cls or none.")
-    ] = "none",
-    json_out: JsonOpt = False,
-) -> None:
-    """Layer x layer similarity (CKA or RSA) of one capture, or of two on the same inputs."""
-    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
-    from ..analysis.similarity import compare
-    from . import render
-
-    found = compare(
-        a, b, layers=layers, metric=metric, biased=biased, distance=distance, method=method, png=png, out=out,
-        rdm_only=rdm_only, allow_different_inputs=allow_different_inputs, reduce=reduce,
-    )  # fmt: skip
-    render.notes(found.notes)
-    typer.echo(render.as_json(found.as_dict()) if json_out else found.summary())
-
-
-@app.command("top")
-def top_command(
-    out: Annotated[Path, typer.Argument(metavar="OUT", help="The --out folder of a finished capture.")],
-    layer: Annotated[str, typer.Option("--layer", "-l", help="The tensor (layer1, blocks.3).")],
-    channel: Annotated[int | None, typer.Option(min=0, help="One channel.")] = None,
-    channels: Annotated[
-        str | None, typer.Option(help="Channels A:B (half-open); default the first 16.")
-    ] = None,
-    k: Annotated[int, typer.Option("-k", "--k", min=1, help="Inputs per channel.")] = 9,
-    by: Annotated[str, typer.Option(help="Rank by the max or the mean of each channel's map.")] = "max",
-    sheets: Annotated[
-        Path | None, typer.Option("--sheets", help="Folder of the contact sheets (default OUT/top/LAYER).")
-    ] = None,
-    no_png: Annotated[bool, typer.Option("--no-png", help="Rank only; draw no contact sheet.")] = False,
-    json_out: JsonOpt = False,
-) -> None:
-    """Each channel's k inputs of largest activation, with a contact sheet of the maps over the photos."""
-    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
-    from ..analysis.top import top
-    from . import render
-
-    found = top(out, layer, channel=channel, channels=channels, k=k, by=by, sheets=sheets, png=not no_png)
-    render.notes(found.notes)
-    typer.echo(render.as_json(found.as_dict()) if json_out else found.summary())
+after.register(app)  # diff, compare, top: listed after report, before show
 
 
 @app.command()

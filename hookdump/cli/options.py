@@ -1,0 +1,58 @@
+"""Options several commands share, declared once (``Annotated`` types typer reads)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import shell
+
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="timm model name, a Twins alias (alt_gvt_large, pcpvt_small, ...), tv:NAME (torchvision), or"
+        " hf:FOLDER_OR_ID (transformers), or open_clip:ARCH[:TAG] (an OpenCLIP image tower).",
+    ),
+]
+ImportOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--import", help="Module or .py file to import first (registers models with timm). Repeatable."
+    ),
+]
+ModelArgOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--model-arg",
+        metavar="KEY=VALUE",
+        help="Keyword for timm.create_model (num_classes=10, in_chans=1); a Python literal or a string."
+        " Repeatable.",
+    ),
+]
+InputSizeOpt = Annotated[
+    str | None, typer.Option("--input-size", help="C,H,W instead of the model's default.")
+]
+JsonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        callback=shell.set_json,
+        help="Print one JSON document on stdout (errors too) instead of text.",
+    ),
+]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        is_eager=True,
+        callback=shell.apply_config,
+        help="TOML file (or a capture's manifest.json) whose keys are these options; flags given here win.",
+    ),
+]
+PrintConfigOpt = Annotated[
+    bool, typer.Option("--print-config", help="Print the effective options as a TOML config and exit.")
+]
