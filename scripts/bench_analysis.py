@@ -24,18 +24,17 @@ The issue's full sizes are ``--images 2048 --diff-mb 2048``.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
-import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_dataset import photos  # the same cycled photos as the dataset benchmark (scripts/ is on sys.path)
 
 HOOKDUMP = str(Path(sys.executable).with_name("hookdump"))
 Result = tuple[float, float, float]  # wall s, cpu s, peak RSS MB
@@ -110,22 +109,6 @@ def me(kind: str, *args: object) -> list[str]:
 
 def hd(*args: object) -> list[str]:
     return [HOOKDUMP, *map(str, args)]
-
-
-def photos(folder: Path, count: int) -> Path:
-    """``count`` hard links (or copies) of scikit-image's RGB and grayscale photos, cycled."""
-    from PIL import Image
-
-    data = Path(importlib.util.find_spec("skimage").origin).parent / "data"  # type: ignore[arg-type,union-attr]
-    picks = [p for p in sorted(data.glob("*.png")) if Image.open(p).mode in ("RGB", "L")]
-    folder.mkdir()
-    for i in range(count):
-        target = folder / f"img{i:05d}.png"
-        try:
-            os.link(picks[i % len(picks)], target)
-        except OSError:
-            shutil.copy(picks[i % len(picks)], target)
-    return folder
 
 
 def capture(*args: object) -> None:
