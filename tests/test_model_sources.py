@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,6 @@ from hookdump.inputs.transforms import eval_transform
 from hookdump.model import module_source, torchvision_source
 
 pytestmark = pytest.mark.model_source
-EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 # the layers of the shared capture: a module called twice (@0, @1), a glob, a leaf, the pool and the head
 TV_LAYERS = ["layer1.0.relu", "layer*.0", "layer3.1.bn2", "avgpool", "fc"]
 TV_STEMS = [

@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import forkrun
@@ -20,7 +19,6 @@ import pytest
 from conftest import SKIMAGE_DATA
 from test_cli_messages import paragraph
 
-EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 TINY = ("-m", "test_resnet", "--input-size", "3,64,64", "-l", "layer1", "-l", "fc")
 PHOTOS = ["coffee.png", "chelsea.png", "astronaut.png", "rocket.jpg"]
 SCRATCH = ".hookdump-partial"

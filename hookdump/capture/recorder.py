@@ -219,7 +219,7 @@ class Recorder:
         on_cpu = pooled.device.type == "cpu" and not self.grad
         if on_cpu and self.reduce in ("mean", "max") and pooled.dim() != tensor.dim():
             self.batch[key] = pooled  # a new tensor that only this dict holds: nothing to copy
-        elif on_cpu and key in self.seen and key not in self._eager | self.modified and _SHARERS is not None:
+        elif on_cpu and key in self.seen and not (key in self._eager or key in self.modified) and _SHARERS:
             self.batch[key] = pooled  # checked when the pass ends (_settle), copied then if need be
             self._deferred.append((key, pooled, pooled._version))
         else:

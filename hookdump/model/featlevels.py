@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from torch import nn
+
 from ..errors import LayerError, UsageError
 from .featrules import RULES, Found, annotate, by_name
 from .tree import PREFIX, FeatureLevel, Inventory
@@ -39,6 +41,31 @@ def read(model: Any) -> list[dict[str, Any]] | None:
         return None
     annotate(model, found)
     return found
+
+
+def block_levels(model: nn.Module, path: str, channels: int, stride: int) -> list[dict[str, Any]]:
+    """Each child of the container at ``path`` (a transformer's blocks) as a level of ``channels`` at
+    ``stride``, as timm's ViTs declare their blocks: for a model from elsewhere (``tv:``, ``open_clip:``)."""
+    children = model.get_submodule(path).named_children()
+    return [{"module": f"{path}.{name}", "num_chs": channels, "reduction": stride} for name, _ in children]
+
+
+def stage_levels(model: nn.Module, prefix: str = "") -> list[dict[str, Any]]:
+    """A ResNet-like model's ``layer1`` ... ``layer4`` (below ``prefix``) as levels at strides 4 to 32, each
+    of its last conv's channels; none unless all four are there."""
+    owner = model.get_submodule(prefix) if prefix else model
+    stages = [
+        stage for i in (1, 2, 3, 4) if isinstance(stage := getattr(owner, f"layer{i}", None), nn.Module)
+    ]
+    if len(stages) != 4:
+        return []
+    levels = []
+    for i, stage in enumerate(stages, start=1):
+        convs = [m for m in stage.modules() if isinstance(m, nn.Conv2d)]
+        channels = int(convs[-1].out_channels) if convs else 0
+        levels.append({"module": f"{prefix}.layer{i}" if prefix else f"layer{i}", "num_chs": channels,
+                       "reduction": 2 ** (i + 1)})  # fmt: skip
+    return levels
 
 
 def mark(inventory: Inventory) -> None:

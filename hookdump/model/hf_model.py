@@ -8,27 +8,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError
-from . import hub
+from . import extras, hub
 from .build import ModelSpec
 
 if TYPE_CHECKING:
     from .hf_facts import Facts
 
-EXTRA = "pip install -e '.[hf]'"
-
 
 def transformers_module() -> Any:
     """``transformers``, quiet (no progress bars, warnings only as errors), or the error naming the extra."""
-    try:
-        import transformers
-    except ImportError as exc:
-        raise InputError(
-            f"hf: models need the `transformers` package, which is not installed ({exc}).",
-            f"Install hookdump's hf extra: {EXTRA} (or pip install 'transformers>=4.40').",
-        ) from exc
-    transformers.utils.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
-    transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    transformers = extras.need("transformers", "hf:", "hf", "transformers", "'transformers>=4.40'")
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
     return transformers
 
 

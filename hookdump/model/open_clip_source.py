@@ -19,12 +19,12 @@ import torch
 from torch import nn
 
 from ..errors import InputError, UsageError, did_you_mean
+from . import extras, featlevels
 from .build import ModelSpec, ResolvedName, build_uninitialised, check_hookable, check_weights
 from .checkpoints import check_fits, read_checkpoint
 from .meta import SkipValueWrites
 
 PREFIX = "open_clip:"
-EXTRA = "pip install -e '.[open_clip]'"
 TOWER = "visual"
 #: The CLIP config's keys a ``--model-arg`` may set besides the vision config's own.
 MODEL_KEYS = ("embed_dim", "quick_gelu")
@@ -32,14 +32,7 @@ MODEL_KEYS = ("embed_dim", "quick_gelu")
 
 def open_clip_module() -> Any:
     """``open_clip``, or the error naming the extra that installs it."""
-    try:
-        import open_clip
-    except ImportError as exc:
-        raise InputError(
-            f"open_clip: models need the `open_clip_torch` package, which is not installed ({exc}).",
-            f"Install hookdump's open_clip extra: {EXTRA} (or pip install open_clip_torch).",
-        ) from exc
-    return open_clip
+    return extras.need("open_clip", "open_clip:", "open_clip", "open_clip_torch")
 
 
 @dataclass
@@ -226,44 +219,21 @@ def facts(model: nn.Module) -> nn.Module:
     trunk = getattr(visual, "trunk", None)
     if isinstance(trunk, nn.Module):  # a timm model inside open_clip's TimmModel
         prefix, token = getattr(trunk, "num_prefix_tokens", None), getattr(trunk, "cls_token", None)
-        levels = [
-            {**info, "module": f"{TOWER}.trunk.{info['module']}"}
-            for info in (getattr(getattr(trunk, "feature_info", None), "info", None) or [])
-        ] or [
-            {**dict(info), "module": f"{TOWER}.trunk.{info['module']}"}
-            for info in (getattr(trunk, "feature_info", None) or [])
-        ]
+        levels = [{**d, "module": f"{TOWER}.trunk.{d['module']}"} for d in featlevels.read(trunk) or []]
     elif hasattr(visual, "class_embedding"):  # open_clip's VisionTransformer
         prefix, token = 1, visual.class_embedding
         patch = int(getattr(visual, "patch_size", (1,))[0])
         width = int(visual.get_parameter("class_embedding").shape[-1])
-        blocks = len(list(visual.get_submodule("transformer.resblocks").children()))
-        levels = [
-            {"module": f"{TOWER}.transformer.resblocks.{i}", "num_chs": width, "reduction": patch}
-            for i in range(blocks)
-        ]
+        levels = featlevels.block_levels(model, f"{TOWER}.transformer.resblocks", width, patch)
     else:  # ModifiedResNet: four stages
         prefix, token = None, None
-        levels = [
-            {
-                "module": f"{TOWER}.layer{i}",
-                "num_chs": int(_out_channels(visual, f"layer{i}")),
-                "reduction": r,
-            }
-            for i, r in zip((1, 2, 3, 4), (4, 8, 16, 32), strict=True)
-            if hasattr(visual, f"layer{i}")
-        ]
+        levels = featlevels.stage_levels(model, TOWER)
     setattr(model, "feature_info", levels)  # noqa: B010  (plain attributes)
     if prefix is not None:
         setattr(model, "num_prefix_tokens", int(prefix))  # noqa: B010
     if token is not None:
         object.__setattr__(model, "cls_token", token)
     return model
-
-
-def _out_channels(visual: nn.Module, stage: str) -> int:
-    convs = [m for m in visual.get_submodule(stage).modules() if isinstance(m, nn.Conv2d)]
-    return int(convs[-1].out_channels) if convs else 0
 
 
 def data_config(found: OpenCLIPModel) -> tuple[dict[str, Any], list[str]]:

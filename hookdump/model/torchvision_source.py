@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError, did_you_mean
+from . import featlevels
 from .args import format_model_args
 from .build import ModelSpec, ResolvedName, build_uninitialised, check_hookable, load_checkpoint
 from .checkpoints import check_fits
@@ -108,26 +109,14 @@ def facts(model: nn.Module) -> nn.Module:
     layers as feature levels; a ResNet-like model (``layer1`` ... ``layer4``) its four stages."""
     if isinstance(getattr(model, "class_token", None), torch.Tensor) and hasattr(model, "encoder"):
         width, patch = int(getattr(model, "hidden_dim", 0)), int(getattr(model, "patch_size", 1))
-        layers = [name for name, _ in model.get_submodule("encoder.layers").named_children()]
-        levels = [{"module": f"encoder.layers.{n}", "num_chs": width, "reduction": patch} for n in layers]
+        levels = featlevels.block_levels(model, "encoder.layers", width, patch)
         setattr(model, "num_prefix_tokens", 1)  # noqa: B010  (plain attributes)
         object.__setattr__(model, "cls_token", model.get_parameter("class_token"))
     else:
-        stages = [
-            f"layer{i}" for i in (1, 2, 3, 4) if isinstance(getattr(model, f"layer{i}", None), nn.Module)
-        ]
-        levels = [
-            {"module": stage, "num_chs": _channels(model.get_submodule(stage)), "reduction": 2 ** (i + 2)}
-            for i, stage in enumerate(stages)
-        ] if len(stages) == 4 else []  # fmt: skip
+        levels = featlevels.stage_levels(model)
     if levels:
         setattr(model, "feature_info", levels)  # noqa: B010
     return model
-
-
-def _channels(stage: nn.Module) -> int:
-    convs = [m for m in stage.modules() if isinstance(m, nn.Conv2d)]
-    return int(convs[-1].out_channels) if convs else 0
 
 
 def load(spec: ModelSpec) -> tuple[nn.Module, list[str]]:
