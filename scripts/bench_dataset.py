@@ -22,9 +22,10 @@ wall time. The photos are copies of scikit-image's RGB and grayscale sample phot
   capture`` (goal: hookdump / the same-settings bare forward <= 1.05): ``vit-tokens`` (vit_small, every
   block, full tokens), ``twins-many`` (twins_svt_large ``pos_block.*.proj.0`` + ``blocks.*.*``,
   ``--images-twins`` photos), ``tv`` (torchvision's resnet50, ``tv:resnet50``, the four stages).
-  ``--no-peers`` drops resnet's hand-written and torchlens rows. Under every hookdump row the script
-  prints its breakdown (``HOOKDUMP_PROFILE``, ``hookdump/store/profile.py``): medians of the seconds in
-  each span of the run, main thread and writer thread, and what the process spent outside the run.
+  ``--no-peers`` drops resnet's hand-written and torchlens rows. Under every row the script prints its
+  breakdown (``HOOKDUMP_PROFILE``, ``hookdump/store/profile.py``; the script's own cases write the same
+  spans: setup, decode, forward): medians of the seconds in each span of the run, main thread and writer
+  thread, and what the process spent outside the run (its start and imports, its exit).
 * ``--scale`` (long, not for CI): resnet50 ``layer4 --reduce mean`` and ``layer3`` float16 full maps over
   ``--scale-images`` SMALL,LARGE photos (default 1,000 and 10,000, scikit-image's photos and their mirror
   images cycled): wall time against LARGE / SMALL times the small run (goal <= 1.1), peak RSS against the
@@ -76,6 +77,9 @@ def worker(kind: str, args: list[str]) -> None:
     from timm.data import create_transform, resolve_data_config
 
     from hookdump.cli.process import give_back  # after each batch: nothing unless the process settings are on
+    from hookdump.store.profile import process_age
+
+    imported, began = process_age(), time.perf_counter()
 
     if kind == "ckpt":  # the twins checkpoint, seeded weights
         from safetensors.torch import save_file
@@ -135,17 +139,26 @@ def worker(kind: str, args: list[str]) -> None:
     if kind != "bare":
         Path(out).mkdir(parents=True)
     grad_off = torch.no_grad() if kind == "torchlens" else torch.inference_mode()
+    spans = {"setup": time.perf_counter() - began, "decode": 0.0, "forward": 0.0}  # as hookdump's profile
     with grad_off:
         for start in range(0, len(paths), size):
+            t0 = time.perf_counter()
             x = torch.stack([transform(Image.open(p).convert("RGB")) for p in paths[start : start + size]])
+            t1 = time.perf_counter()
             if kind == "torchlens":
                 save(start, torchlens.extract(model, x, names))
             else:
                 model(x)
                 save(start, kept)
+            spans["decode"] += t1 - t0
+            spans["forward"] += time.perf_counter() - t1  # its hooks and saving too, where it has them
             give_back()
     for f in files.values():
         f.close()
+    target = os.environ.get("HOOKDUMP_PROFILE")
+    if target:  # the same spans as hookdump's breakdown, for the rows side by side
+        extra = {"before run": imported} if imported is not None else {}
+        Path(target).write_text(json.dumps({**spans, **extra, "run": time.perf_counter() - began}))
 
 
 PROFILES: dict[str, list[dict[str, float]]] = {}  # case -> hookdump's breakdown of each round
@@ -260,12 +273,18 @@ def breakdown(name: str, profiles: list[dict[str, float]]) -> None:
         return statistics.median(p.get(key, 0.0) for p in profiles)
 
     wall, run_s = m("wall"), m("run")
-    main = "  ".join(f"{k} {m(k):.2f}" for k in MAIN)
-    writer = "  ".join(f"{k} {m(k):.2f}" for k in WRITER)
-    print(f"  breakdown of {name} (s, medians of {len(profiles)}): wall {wall:.2f} = outside the run"
-          f" (imports, parsing, exit) {wall - run_s:.2f} + run {run_s:.2f}")  # fmt: skip
+    has = set().union(*profiles)
+    main = "  ".join(f"{k} {m(k):.2f}" for k in MAIN if k in has)
+    writer = "  ".join(f"{k} {m(k):.2f}" for k in WRITER if k in has)
+    outside = f"outside the run {wall - run_s:.2f}"
+    if "before run" in has:  # the process's start, imports and parsing; the rest is its exit
+        before = m("before run")
+        outside += f" (start and imports {before:.2f}, exit {wall - run_s - before:.2f})"
+    print(f"  breakdown of {name} (s, medians of {len(profiles)}): wall {wall:.2f} = {outside}"
+          f" + run {run_s:.2f}")  # fmt: skip
     print(f"    main thread: {main}")
-    print(f"    writer thread (overlaps the forward): {writer}")
+    if writer:
+        print(f"    writer thread (overlaps the forward): {writer}")
 
 
 def resnet(args: argparse.Namespace, images: Path, work: Path) -> None:

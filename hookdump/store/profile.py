@@ -9,7 +9,8 @@ take a batch), ``between batches`` (the rest of the loop: Python between the bat
 (after the last batch, until the writer is done) and ``commit`` (the files moved, the manifest). On the
 writer thread, overlapping the forward: ``stats``, ``write`` (the streams' appends), ``checkpoint``
 (fsyncs, input hashes, progress.json) and ``on_batch`` (the caller's: the progress line, and the console
-script's ``malloc_trim``). ``run`` is the whole of ``capture.run``."""
+script's ``malloc_trim``). ``run`` is the whole of ``capture.run``; ``before run`` the process's life before
+it (interpreter start, imports, parsing; Linux only, to 10 ms)."""
 
 from __future__ import annotations
 
@@ -44,8 +45,22 @@ def dump(extra: dict[str, float] | None = None) -> None:
     if target:
         with _lock:
             data = {**seconds, **(extra or {})}
+        age = process_age()
+        if age is not None and "run" in data:
+            data["before run"] = max(0.0, age - data["run"])
         if "model" in data:
             data["forward"] = data.pop("model") - data.get("hooks", 0.0)
             inside = ("decode", "forward", "hooks", "writer wait")
             data["between batches"] = data.pop("loop", 0.0) - sum(data.get(k, 0.0) for k in inside)
         Path(target).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def process_age() -> float | None:
+    """Seconds since this process started (``/proc``: Linux, to a clock tick); None where unknown."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime, after the command's name
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
