@@ -6,9 +6,11 @@ The model is resnet50 (seeded random weights) with hookdump's kind of hooks on `
 (each output copied at hook time into a dict); inputs are seeded random batches (decoding is the same for
 both, so it is left out). The compiled model is ``torch.compile(model)`` with the hooks registered first,
 which dynamo traces into the graph. Eager and compiled take turns batch by batch after the compiled one's
-first call (its compilation, timed on its own), so the machine's noise falls on both.
+first call (its compilation, timed on its own), so the machine's noise falls on both. ``--recorder`` first
+counts the graph breaks with hookdump's own hooks (``capture.recorder.Recorder``, as a capture sets it
+up: version counters read, the early stop raised after the last layer) instead of plain cloning ones.
 
-    python scripts/bench_compile.py [--images 256] [--batch 32] [--model resnet50]
+    python scripts/bench_compile.py [--images 256] [--batch 32] [--model resnet50] [--recorder]
 """
 
 from __future__ import annotations
@@ -25,9 +27,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--layers", default="layer1,layer2,layer3,layer4")
+    parser.add_argument("--recorder", action="store_true", help="graph breaks with hookdump's own hooks")
     args = parser.parse_args()
     import timm
     import torch
+
+    if args.recorder:
+        recorder_breaks(args.model, args.layers.split(","), args.batch)
 
     torch.manual_seed(0)
     model = timm.create_model(args.model).eval()
@@ -76,6 +82,32 @@ def main() -> None:
         ratio = compiled_total / eager_total
         print(f"{images} images, end to end (forward only, from the batches measured): eager"
               f" {eager_total:.0f} s, compiled {compiled_total:.0f} s ({ratio:.2f}x)")  # fmt: skip
+
+
+def recorder_breaks(model_name: str, layers: list[str], batch: int) -> None:
+    """``torch._dynamo.explain`` of the model inside hookdump's Recorder, set up as a capture sets it up."""
+    import torch
+
+    from hookdump import api
+    from hookdump.capture.run import _recorder
+
+    found = api.plan(layers, model=model_name, input_size=(3, 224, 224), out="/tmp/hookdump-compile-plan")
+    assert found.load is not None
+    net, _ = found.load()
+    net.eval()
+    x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    with _recorder(net, found) as recorder, torch.no_grad():
+        try:
+            explained = torch._dynamo.explain(recorder.model)(x)
+        except BaseException as exc:  # the early stop's exception, raised from a hook inside the graph
+            torch._dynamo.reset()
+            print(f"with hookdump's Recorder hooks: the trace stopped with {type(exc).__name__}: {exc}")
+            return
+    torch._dynamo.reset()
+    print(f"with hookdump's Recorder hooks: graphs {explained.graph_count}, graph breaks"
+          f" {explained.graph_break_count}")  # fmt: skip
+    for reason in explained.break_reasons[:5]:
+        print(f"  break: {reason.reason}")
 
 
 if __name__ == "__main__":
