@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .. import priority, units
+from .. import units
 from ..errors import Interrupted
 from ..inputs import files, loader
 from ..inputs.files import frame_notes, random_batch, skipped_note
@@ -174,7 +174,6 @@ class Behind:
         self._thread.start()
 
     def _loop(self, work: Callable[[Any], None]) -> None:
-        priority.lower_this_thread()  # the forward's threads first: this one takes the gaps (priority.py)
         while (item := self._queue.get()) is not self._STOP:
             if self._error is None:  # after an error, items are taken and dropped: the caller never blocks
                 try:

@@ -13,7 +13,6 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from .. import priority
 from ..errors import InputError
 from .images import open_image
 from .transforms import eval_transform, model_mode
@@ -86,7 +85,7 @@ def batches(
         num_workers=workers,
         collate_fn=_collate,
         pin_memory=pin_memory,
-        worker_init_fn=_worker_started if workers else None,
+        worker_init_fn=_leave_signals_to_the_main_process if workers else None,
     )
     iterator = iter(loader)
     try:
@@ -100,15 +99,13 @@ def batches(
         _stop_workers(iterator)
 
 
-def _worker_started(worker_id: int) -> None:
-    """In each decoding worker, first: a lower CPU priority (``priority.py``: the forward pass's threads
-    first); and Ctrl-C and SIGTERM sent to the whole process group (a terminal, Slurm,
+def _leave_signals_to_the_main_process(worker_id: int) -> None:
+    """In each decoding worker: Ctrl-C and SIGTERM sent to the whole process group (a terminal, Slurm,
     systemd, torchrun) are the main process's to handle. A worker they killed would fail the run as
     "DataLoader worker killed by signal" before the main process could keep its progress; it stops the
     workers itself (and they exit on their own if it dies: they watch their parent)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    priority.lower_this_thread()
 
 
 def _stop_workers(iterator: Iterator[Any]) -> None:
