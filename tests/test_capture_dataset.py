@@ -329,20 +329,3 @@ def test_batches_are_written_behind_the_forward_in_order_and_errors_surface() ->
         failing.close()
     failing.close(errors=False)
     assert done == [0, 1, 2]
-
-
-def test_the_last_batch_written_two_tensors_at_a_time_gives_the_same_files_and_stats(
-    photos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from hookdump import api
-    from hookdump.capture import run
-
-    assert run.DRAIN_THREADS > 1
-    layers = ["conv1", "layer1", "layer2", "layer3", "layer4"]
-    for threads in (1, run.DRAIN_THREADS):
-        monkeypatch.setattr(run, "DRAIN_THREADS", threads)  # batch size 2: the last batch is a photo alone
-        api.capture([str(photos)], layers, model="test_resnet", out=tmp_path / f"t{threads}", batch_size=2)
-    one, more = tmp_path / "t1", tmp_path / f"t{threads}"
-    assert [t["stats"] for t in _manifest(one)["tensors"]] == [t["stats"] for t in _manifest(more)["tensors"]]
-    for layer in layers:
-        assert (one / f"{layer}.npy").read_bytes() == (more / f"{layer}.npy").read_bytes(), layer

@@ -4,6 +4,9 @@ breakdown, which scripts/bench_dataset.py prints); nothing is written without it
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,3 +32,14 @@ def test_the_profile_names_every_span_and_they_fit_in_the_run(
     assert all(spans[k] >= 0 for k in main + writer + ("copy", "run"))
     assert spans["copy"] + spans["reduce"] <= spans["hooks"]
     assert sum(spans[k] for k in main) <= spans["run"] * 1.001
+    if sys.platform == "linux":  # the process's life before the run: pytest's, here
+        assert spans["before run"] > 0
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc")
+def test_process_age_counts_from_the_process_start() -> None:
+    code = "import time; time.sleep(1.5)\nfrom hookdump.store import profile; print(profile.process_age())"
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    age = float(done.stdout)
+    assert 1.5 <= age <= time.perf_counter() - started + 0.02  # a clock tick of rounding at most

@@ -29,8 +29,6 @@ from .reduce import token_layout
 from .results import CapturePlan, CaptureResult, from_manifest
 from .runner import Run, forward_all
 
-DRAIN_THREADS = 2  # the last batch's stats and writes, as many at a time
-
 
 def run(
     found: CapturePlan,
@@ -67,8 +65,7 @@ def run(
 
         def write(item: tuple[dict[Key, torch.Tensor], dict[str, Any], list[int], int, list[Path]]) -> None:
             tensors, progress, classes, images, paths = item
-            last = progress["images"] >= progress["total"]  # nothing overlaps it: both cores (DRAIN_THREADS)
-            writer.append(tensors, threads=DRAIN_THREADS if last else 1)
+            writer.append(tensors)
             writer.checkpoint(progress, classes, paths)
             if on_batch is not None:
                 start = profile.clock()

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -265,10 +264,8 @@ class Writer:
         if self._keep_scratch and read_manifest(self.out) is None:
             commit.write_json(self.out / MANIFEST, manifest)
 
-    def append(self, batch: dict[Key, torch.Tensor], threads: int = 1) -> None:
-        """Add one forward pass's tensors, each to its own stream, and to its stats (of the saved values);
-        ``threads`` > 1: that many tensors at a time (each stream and its stats are its own; numpy and the
-        writes let go of the GIL), for the last batch, which no forward pass overlaps."""
+    def append(self, batch: dict[Key, torch.Tensor]) -> None:
+        """Add one forward pass's tensors, each to its own stream, and to its stats (of the saved values)."""
         for key, tensor in batch.items():
             if key not in self.streams:  # a stream keeps its first dtype: one check is enough
                 check_save_dtype(self.save_dtype, self.formats, {tensor.dtype})
@@ -277,22 +274,14 @@ class Writer:
                 )
                 self.source_dtypes[key] = tensor.dtype
                 self.stats[key] = Accumulator()
-        if threads > 1 and len(batch) > 1:
-            with ThreadPoolExecutor(min(threads, len(batch)), thread_name_prefix="hookdump-drain") as pool:
-                list(pool.map(self._append_one, batch.keys(), batch.values()))  # (list: raise their errors)
-        else:
-            for key, tensor in batch.items():
-                self._append_one(key, tensor)
-
-    def _append_one(self, key: Key, tensor: torch.Tensor) -> None:
-        start = profile.clock()
-        saved = _for_saving(tensor, self.save_dtype)
-        self.streams[key].append(saved)
-        start = profile.add("write", start)
-        acc = self.stats[key]
-        if acc is not None:
-            acc.update(saved)
-        profile.add("stats", start)
+            start = profile.clock()
+            saved = _for_saving(tensor, self.save_dtype)
+            self.streams[key].append(saved)
+            start = profile.add("write", start)
+            acc = self.stats[key]
+            if acc is not None:
+                acc.update(saved)
+            profile.add("stats", start)
 
     def nonfinite_notes(self, entries: list[Captured]) -> list[str]:
         """A note for each tensor that holds NaN or Inf, naming it."""
