@@ -56,7 +56,7 @@ def write_whole(path: Path, write: Callable[[Path], object], fix: str) -> Path:
     """``write(tmp)`` a temporary file beside ``path``, then rename it over ``path``: a reader sees the old
     file or the new one whole, never half of one; a failure of the machine is its error paragraph, any other
     ``OSError`` one naming ``path`` with ``fix``."""
-    tmp = path.parent / f".hookdump-{os.getpid()}-tmp{path.suffix}"
+    tmp = path.parent / f".hookdump-{os.getpid()}-{path.name}"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write(tmp)

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -91,7 +93,8 @@ def recorder_breaks(model_name: str, layers: list[str], batch: int) -> None:
     from hookdump import api
     from hookdump.capture.run import _recorder
 
-    found = api.plan(layers, model=model_name, input_size=(3, 224, 224), out="/tmp/hookdump-compile-plan")
+    out = Path(tempfile.mkdtemp(prefix="hookdump-compile-")) / "plan"  # checked by the plan, never written
+    found = api.plan(layers, model=model_name, input_size=(3, 224, 224), out=out)
     assert found.load is not None
     net, _ = found.load()
     net.eval()

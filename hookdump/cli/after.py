@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from .options import JsonOpt
+from .options import AllowDifferentInputsOpt, JsonOpt
 
 
 def register(app: typer.Typer) -> None:
@@ -32,9 +32,7 @@ def diff_command(
     only_common: Annotated[
         bool, typer.Option("--only-common", help="Tensors on one side only do not count as a difference.")
     ] = False,
-    allow_different_inputs: Annotated[
-        bool, typer.Option("--allow-different-inputs", help="Compare even when the inputs' sha256 differ.")
-    ] = False,
+    allow_different_inputs: AllowDifferentInputsOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Compare two captures tensor by tensor; exit 1 when any differs (as diff and cmp), naming the first."""
@@ -46,8 +44,7 @@ def diff_command(
         a, b, atol=atol, rtol=rtol, maps=maps or (), only_common=only_common,
         allow_different_inputs=allow_different_inputs,
     )  # fmt: skip
-    render.notes(found.notes)
-    typer.echo(render.as_json(found.as_dict()) if json_out else found.summary())
+    render.result(found, json_out)
     if found.differs:
         raise typer.Exit(1)
 
@@ -70,9 +67,7 @@ def compare_command(
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Folder for the PNG and RDMs (default: A/compare).")
     ] = None,
-    allow_different_inputs: Annotated[
-        bool, typer.Option("--allow-different-inputs", help="Compare even when the inputs' sha256 differ.")
-    ] = False,
+    allow_different_inputs: AllowDifferentInputsOpt = False,
     reduce: Annotated[
         str, typer.Option(help="Pool each tensor to (N, C) first, as capture's: mean, max, cls or none.")
     ] = "none",
@@ -87,8 +82,7 @@ def compare_command(
         a, b, layers=layers, metric=metric, biased=biased, distance=distance, method=method, png=png, out=out,
         rdm_only=rdm_only, allow_different_inputs=allow_different_inputs, reduce=reduce,
     )  # fmt: skip
-    render.notes(found.notes)
-    typer.echo(render.as_json(found.as_dict()) if json_out else found.summary())
+    render.result(found, json_out)
 
 
 def top_command(
@@ -112,5 +106,4 @@ def top_command(
     from . import render
 
     found = top(out, layer, channel=channel, channels=channels, k=k, by=by, sheets=sheets, png=not no_png)
-    render.notes(found.notes)
-    typer.echo(render.as_json(found.as_dict()) if json_out else found.summary())
+    render.result(found, json_out)

@@ -277,8 +277,7 @@ def report(
     from . import render
 
     written = build(out, max_channels=max_channels)
-    render.notes(written.notes)
-    typer.echo(render.as_json(written.as_dict()) if json_out else written.summary())
+    render.result(written, json_out)
 
 
 after.register(app)  # diff, compare, top: listed after report, before show

@@ -53,6 +53,9 @@ ConfigOpt = Annotated[
         help="TOML file (or a capture's manifest.json) whose keys are these options; flags given here win.",
     ),
 ]
+AllowDifferentInputsOpt = Annotated[
+    bool, typer.Option("--allow-different-inputs", help="Compare even when the inputs' sha256 differ.")
+]
 PrintConfigOpt = Annotated[
     bool, typer.Option("--print-config", help="Print the effective options as a TOML config and exit.")
 ]

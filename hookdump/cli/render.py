@@ -8,6 +8,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import typer
+
 from ..store.stats import summary_cells
 from ..units import human_bytes
 
@@ -256,6 +258,12 @@ def notes(lines: list[str]) -> None:
     """Announcements (aliases, default model, random weights) on stderr, so stdout stays data."""
     for line in lines:
         print(f"note: {line}", file=sys.stderr)
+
+
+def result(found: Any, json_out: bool) -> None:
+    """A command's result: its notes on stderr, then on stdout its JSON (``--json``) or its summary."""
+    notes(found.notes)
+    typer.echo(as_json(found.as_dict()) if json_out else found.summary())
 
 
 def as_json(data: Any) -> str:
