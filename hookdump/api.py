@@ -380,6 +380,11 @@ def _check_options(opts: CaptureOptions) -> None:
             f"--workers {opts.workers} is more decoding processes than this machine can use.",
             f"Use at most {most}, or leave --workers out for a number that suits the machine.",
         )
+    if opts.compile and opts.grad:
+        raise UsageError(
+            "--compile and --grad: hookdump compiles the forward pass only.",
+            "Drop --compile to capture gradients (or --grad to compile).",
+        )
     if opts.target is not None and opts.target < 0:
         raise UsageError(f"--target {opts.target} is negative.", "Give a class index, 0 or more.")
     if opts.shard_size is not None:

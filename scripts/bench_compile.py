@@ -10,7 +10,13 @@ first call (its compilation, timed on its own), so the machine's noise falls on 
 counts the graph breaks with hookdump's own hooks (``capture.recorder.Recorder``, as a capture sets it
 up: version counters read, the early stop raised after the last layer) instead of plain cloning ones.
 
+``--end-to-end 256,2048`` instead times the console script itself at each size: ``hookdump capture`` of
+that many photos (scikit-image's, cycled, as ``bench_dataset.py`` makes them) without ``--compile``, with it
+and inductor's cache empty (a fresh ``TORCHINDUCTOR_CACHE_DIR``), and with it again on that warm cache; wall
+seconds (``bench_dataset.run``: ``/usr/bin/time -v``), peak RSS, and each against the eager run.
+
     python scripts/bench_compile.py [--images 256] [--batch 32] [--model resnet50] [--recorder]
+    python scripts/bench_compile.py --end-to-end 256,2048 [--batch 32] [--model resnet50]
 """
 
 from __future__ import annotations
@@ -30,7 +36,10 @@ def main() -> None:
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--layers", default="layer1,layer2,layer3,layer4")
     parser.add_argument("--recorder", action="store_true", help="graph breaks with hookdump's own hooks")
+    parser.add_argument("--end-to-end", help="comma-separated photo counts: the console script, timed")
     args = parser.parse_args()
+    if args.end_to_end:
+        return end_to_end([int(n) for n in args.end_to_end.split(",")], args.model, args.layers, args.batch)
     import timm
     import torch
 
@@ -84,6 +93,35 @@ def main() -> None:
         ratio = compiled_total / eager_total
         print(f"{images} images, end to end (forward only, from the batches measured): eager"
               f" {eager_total:.0f} s, compiled {compiled_total:.0f} s ({ratio:.2f}x)")  # fmt: skip
+
+
+def end_to_end(sizes: list[int], model: str, layers: str, batch: int) -> None:
+    """``hookdump capture`` eager, compiled on a cold cache and compiled on a warm one, at each size."""
+    import os
+    import shutil
+
+    from bench_dataset import hookdump, photos, run  # scripts/ is on sys.path
+
+    work = Path(tempfile.mkdtemp(prefix="hookdump-compile-e2e-"))
+    layer_args = [arg for name in layers.split(",") for arg in ("-l", name)]
+    try:
+        for size in sizes:
+            folder = photos(work / f"images-{size}", size)
+            cache = work / f"inductor-{size}"  # empty: the first compiled run compiles from nothing
+            common = [folder, "-m", model, *layer_args, "--batch-size", batch, "-o", work / "out", "-q"]
+            walls: dict[str, tuple[float, float]] = {}
+            for case, extra in (("eager", []), ("compiled, cold cache", ["--compile"]),
+                                ("compiled, warm cache", ["--compile"])):  # fmt: skip
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
+                shutil.rmtree(work / "out", ignore_errors=True)
+                wall, rss, _, _ = run(hookdump(*common, *extra))
+                walls[case] = (wall, rss)
+            eager = walls["eager"][0]
+            print(f"{model} {layers}, {size} photos, batch {batch}, end to end (hookdump capture):")
+            for case, (wall, rss) in walls.items():
+                print(f"  {case:22} {wall:7.1f} s  x eager {wall / eager:.2f}  peak RSS {rss:.0f} MB")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def recorder_breaks(model_name: str, layers: list[str], batch: int) -> None:

@@ -36,7 +36,7 @@ def error(path: Path, command: Command = CAPTURE, name: str = "capture") -> Inpu
 
 def test_capture_keys_from_the_real_command() -> None:
     keys = {key: param.name for key, param in config.config_keys(CAPTURE).items()}
-    renamed = {"format": "fmt", "import": "imports", "json": "json_out"}
+    renamed = {"format": "fmt", "import": "imports", "json": "json_out", "compile": "compile_model"}
     assert {k: keys[k] for k in renamed} == renamed
     assert all(key == name for key, name in keys.items() if key not in renamed)
     # every option a manifest records is a key, so `--config manifest.json` reruns it
@@ -45,8 +45,11 @@ def test_capture_keys_from_the_real_command() -> None:
     from hookdump.inputs.files import InputSpec
     from hookdump.model.build import ModelSpec
 
-    recorded = options_record(InputSpec(), [], ModelSpec(), CaptureOptions())
+    recorded = options_record(InputSpec(), [], ModelSpec(), CaptureOptions(compile=True))
     assert set(recorded) <= set(keys), set(recorded) - set(keys)
+    assert "compile" in recorded and "compile" not in options_record(
+        InputSpec(), [], ModelSpec(), CaptureOptions()
+    )
 
 
 def test_list_modules_keys_leave_out_the_positional_model() -> None:

@@ -66,6 +66,7 @@ def options_record(
         "workers": opts.workers,
         "shard": opts.shard,
         "attention": opts.attention,
+        **({"compile": True} if opts.compile else {}),  # absent when off: --resume of older captures works
     }
 
 

@@ -25,6 +25,8 @@ class CaptureOptions:
         resume: continue the interrupted capture in ``out`` (same options, same inputs).
         shard: ``I/N``: capture only shard I of N of the inputs (whole batches), for ``hookdump merge``.
         attention: turn timm's fused attention off and save each attention module's weights as ``.attn``.
+        compile: run the forward passes under ``torch.compile`` (``capture.compiled``): values equal eager
+            ones to float rounding, not bit for bit; never with ``grad``, and the whole forward pass runs.
     """
 
     out: Path = Path("hookdump-out")
@@ -46,3 +48,4 @@ class CaptureOptions:
     resume: bool = False
     shard: str | None = None
     attention: bool = False
+    compile: bool = False

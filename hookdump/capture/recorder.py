@@ -87,6 +87,10 @@ class Recorder:
         self.channels_last = channels_last
         self.tokens = tokens  # (patch, prefix) tokens: a mean / max leaves the prefix out
         self.prefix_left_out: dict[str, int] = {}  # layer -> prefix tokens --reduce left out
+        # What one pass found, merged after it: a compiled graph guards on the dicts its hooks write to, so
+        # they start empty in every pass (a dict that grew would compile the model again).
+        self._prefix_now: dict[str, int] = {}
+        self._other_now: dict[Key, str] = {}
         self.batch: dict[Key, torch.Tensor] = {}  # this forward pass's copies, until drained
         self.seen: dict[Key, None] = {}  # every key ever captured, in order
         self.other: dict[Key, str] = {}  # non-tensor leaves, as repr
@@ -99,6 +103,7 @@ class Recorder:
         self._eager: set[Key] = set()  # copied at hook time, always: changed in place in some pass
         self._stop_in_target: set[str] = set()
         self._handles: list[RemovableHandle] = []
+        self.forward: Callable[[torch.Tensor], Any] = model  # or its compiled form (``compiled.Compiled``)
 
     def _last_calls(self, expected: dict[str, int]) -> dict[str, int]:
         return {p: max(s) if s else expected.get(p, 1) - 1 for p, s in self.selected.items()}
@@ -161,19 +166,19 @@ class Recorder:
 
     def _pre_hook(self, path: str) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            start = profile.clock()
+            start = _clock()
             call = self.calls[path]
             if self._wanted(path, call):
                 for name, value in [*enumerate(args), *kwargs.items()]:
                     for index, leaf in leaves(value, str(name)):
                         self._keep((path, "input", index, call), leaf)
-            profile.add("hooks", start)
+            _add("hooks", start)
 
         return hook
 
     def _hook(self, path: str) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-            start = profile.clock()
+            start = _clock()
             call = self.calls[path]
             self.calls[path] += 1
             layer, kind = self.save_as.get(path, (path, "output"))
@@ -184,7 +189,7 @@ class Recorder:
                     found = [item for n, item in enumerate(tensors) if n in self.elements[path]]
                 for index, leaf in found:
                     self._keep((layer, kind, index, call), leaf)
-            profile.add("hooks", start)
+            _add("hooks", start)
             if path in self._stop_in_target:
                 self._stop_if_done()
 
@@ -196,10 +201,12 @@ class Recorder:
 
     def _keep(self, key: Key, value: Any) -> None:
         if not isinstance(value, torch.Tensor):
-            self.other[key] = repr(value)
+            self._other_now[key] = repr(value)
             return
         # A copy now: later in-place ops in forward (timm's PosConv does `x += ...`) must not reach it.
         self._store(key, value)
+        if _compiling():
+            return  # traced by torch.compile (``compiled.py``): the copy is in the graph, at hook time
         self._live.append((key, value, value._version))
         if self.grad and key[1] == "output" and value.requires_grad:
             grad_key = (key[0], "grad", key[2], key[3])
@@ -212,20 +219,23 @@ class Recorder:
     def _store(self, key: Key, tensor: torch.Tensor) -> None:
         prefix = prefix_of(tensor, self.reduce, self.tokens)
         if prefix:
-            self.prefix_left_out[key[0]] = prefix
-        start = profile.clock()
+            self._prefix_now[key[0]] = prefix
+        start = _clock()
         pooled = pool(tensor.detach(), self.reduce, key[0] in self.channels_last, prefix)
-        start = profile.add("reduce", start)
+        start = _add("reduce", start)
         on_cpu = pooled.device.type == "cpu" and not self.grad
-        if on_cpu and self.reduce in ("mean", "max") and pooled.dim() != tensor.dim():
+        if self.reduce in ("mean", "max") and pooled.dim() != tensor.dim() and (on_cpu or _compiling()):
             self.batch[key] = pooled  # a new tensor that only this dict holds: nothing to copy
+        elif _compiling():
+            self.batch[key] = pooled.clone()  # in the compiled graph: later in-place ops cannot reach it
         elif on_cpu and key in self.seen and not (key in self._eager or key in self.modified) and _SHARERS:
             self.batch[key] = pooled  # checked when the pass ends (_settle), copied then if need be
             self._deferred.append((key, pooled, pooled._version))
         else:
             self.batch[key] = pooled.to("cpu", copy=True)
-        profile.add("copy", start)
-        self.seen[key] = None
+        _add("copy", start)
+        if not _compiling():
+            self.seen[key] = None  # (after a compiled pass: ``run``)
 
     def drain(self) -> dict[Key, torch.Tensor]:
         """The copies of the last forward pass (and backward), handed over and forgotten."""
@@ -239,15 +249,22 @@ class Recorder:
         """
         while True:
             self.calls = dict.fromkeys(self.selected, 0)
+            self._prefix_now, self._other_now = {}, {}
             self._live.clear()
             self._deferred.clear()
             start = profile.clock()
             try:
-                output = self.model(batch)
+                output = self.forward(batch)
             except _EarlyStop:
                 self.stopped_early = True
                 output = None
             profile.add("model", start)  # the hooks' time included (profile.dump takes it out)
+            for key, kept in self.batch.items():  # a compiled graph's copies stay on its device
+                if kept.device.type != "cpu":
+                    self.batch[key] = kept.to("cpu")
+                self.seen.setdefault(key, None)
+            self.prefix_left_out |= self._prefix_now
+            self.other |= self._other_now
             self.modified |= {key for key, live, version in self._live if live._version != version}
             self._live.clear()
             if not self.grad:
@@ -334,6 +351,20 @@ class Recorder:
             Captured(*key, self.calls_per_forward[key[0]], key in self.modified, order=ran[key])
             for key in keys
         ]
+
+
+def _compiling() -> bool:
+    """Whether this hook is being traced by ``torch.compile`` (``--compile``): then no timers (dynamo does
+    not trace ``time.perf_counter``), no version counters, and every tensor is copied in the graph."""
+    return torch.compiler.is_compiling()
+
+
+def _clock() -> float:
+    return 0.0 if _compiling() else profile.clock()
+
+
+def _add(name: str, since: float) -> float:
+    return 0.0 if _compiling() else profile.add(name, since)
 
 
 # How many holders a storage has (tensors, and the Python handle asked for): a private torch function, so

@@ -23,6 +23,7 @@ from ..store import manifest, profile, sinks
 from ..store.reader import finished_manifest
 from ..store.records import Captured, Key
 from . import header, parallel
+from .compiled import Compiled
 from .options import CaptureOptions
 from .recorder import Recorder
 from .reduce import token_layout
@@ -56,6 +57,7 @@ def run(
         net, weight_notes = found.load()
         net.to(torch_device)
         recorder = _recorder(net, found)
+        compiled = Compiled(net, name.requested) if opts.compile else None
         state = _RunState(writer.resumed, found.skipped)
         if writer.resumed is not None:
             recorder.restore(writer.resumed["recorder"])
@@ -93,7 +95,7 @@ def run(
         profile.reset()
         loop = profile.add("setup", started)
         try:
-            forward_all(net, recorder, _timed(batches), run, name.requested, sink)
+            forward_all(net, recorder, _timed(batches), run, name.requested, sink, compiled)
             start = profile.add("loop", loop)
             behind.close()
             profile.add("writer drain", start)
@@ -115,6 +117,8 @@ def run(
         notes = (
             found.tree.notes + weight_notes + found.notes + writer.notes + _capture_notes(recorder, results)
         )
+        if compiled is not None:
+            notes += compiled.notes()
         if writer.resumed is not None:
             notes.append(f"resumed after {writer.resumed['images']} of {len(found.paths)} images")
         if state.skipped:
@@ -125,6 +129,7 @@ def run(
         )
         notes += frame_notes(records)
         extra = {**_run_record(recorder, run, opts, state.classes), "skipped": state.skipped, "notes": notes}
+        extra["compile"] = compiled.record() if compiled is not None else None
         if found.shard is not None:
             extra["shard"] = found.shard
         made = header.header(spec, name, str(torch_device), found.config, records, options_record, extra)
@@ -227,8 +232,9 @@ def _recorder(net: torch.nn.Module, found: CapturePlan) -> Recorder:
     opts, modules = found.options, found.tree.inventory.modules
     calls = {m.name: m.calls or 1 for m in modules}
     finished = {m.name: m.finished for m in modules if m.finished is not None}
+    early = opts.early_stop and not opts.compile  # a compiled graph runs whole
     return Recorder(
-        net, found.targets, opts.what, grad=opts.grad, expected_calls=calls if opts.early_stop else None,
+        net, found.targets, opts.what, grad=opts.grad, expected_calls=calls if early else None,
         finished=finished, reduce=opts.reduce, save_as=found.save_as, channels_last=found.channels_last,
         tokens=token_layout(net),
     )  # fmt: skip

@@ -12,6 +12,7 @@ from ..errors import UsageError
 from ..failures import from_environment
 from ..inputs.loader import Batch
 from ..store.records import Key
+from .compiled import Compiled
 from .recorder import Recorder
 
 DTYPES = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -35,6 +36,7 @@ def forward_all(
     run: Run,
     label: str,
     sink: Callable[[dict[Key, torch.Tensor], Batch, list[int]], None],
+    compiled: Compiled | None = None,
 ) -> None:
     """Every batch through the model in eval mode; mode and requires_grad restored whatever happens.
 
@@ -44,7 +46,7 @@ def forward_all(
 
     Each batch's copies go to ``sink`` as soon as its pass is done, with the batch and the class whose
     score was differentiated per image (empty without grad). A batch that --skip-bad emptied still goes to
-    ``sink`` (it moves the run on), without a forward pass.
+    ``sink`` (it moves the run on), without a forward pass. ``compiled`` (--compile) runs the batches.
     """
     was_training = net.training
     params = [(p, p.requires_grad) for p in net.parameters()]
@@ -65,7 +67,11 @@ def forward_all(
                 if run.channels_last and x.dim() == 4:
                     x = x.contiguous(memory_format=torch.channels_last)
                 try:
-                    classes = recorder.run(x.requires_grad_(run.grad), label, run.target)
+                    x = x.requires_grad_(run.grad)
+                    if compiled is not None:
+                        classes = compiled.run(recorder, x, label)
+                    else:
+                        classes = recorder.run(x, label, run.target)
                 except RuntimeError as exc:  # e.g. `.view()` of a conv's output, which channels_last breaks
                     if not run.channels_last or from_environment(exc) is not None:
                         raise

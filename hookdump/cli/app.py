@@ -176,6 +176,13 @@ def capture(
     attention: Annotated[
         bool, typer.Option("--attention", help="Unfuse timm attention; save each attention module's weights.")
     ] = False,
+    compile_model: Annotated[
+        bool,
+        typer.Option(
+            "--compile",
+            help="torch.compile the hooked model (pays from a few thousand photos on a CPU; see the docs).",
+        ),
+    ] = False,
     png: Annotated[
         bool, typer.Option("--png", help="Draw each tensor's grid (and heat map over the photo) beside it.")
     ] = False,
@@ -197,7 +204,8 @@ def capture(
     spec = _model_spec(model, imports, model_arg, checkpoint=checkpoint, pretrained=pretrained, seed=seed)
     source = files.InputSpec(tuple(images or ()), sample, random_input, seed, _input_size(input_size))
     names = set(api.CaptureOptions.__dataclass_fields__) - {"formats"}
-    options = api.CaptureOptions(formats=(fmt,), **{k: v for k, v in ctx.params.items() if k in names})
+    chosen = {k: v for k, v in ctx.params.items() if k in names}
+    options = api.CaptureOptions(formats=(fmt,), compile=compile_model, **chosen)
     if int(os.environ.get("RANK", "0")) > 0:  # under torchrun, rank 0 alone speaks
         quiet, json_out = True, False
     with shell.user_output_to_stderr(json_out):
