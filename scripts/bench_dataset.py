@@ -29,7 +29,9 @@ wall time. The photos are copies of scikit-image's RGB and grayscale sample phot
 * ``--scale`` (long, not for CI): resnet50 ``layer4 --reduce mean`` and ``layer3`` float16 full maps over
   ``--scale-images`` SMALL,LARGE photos (default 1,000 and 10,000, scikit-image's photos and their mirror
   images cycled): wall time against LARGE / SMALL times the small run (goal <= 1.1), peak RSS against the
-  small run (goal <= 1.10), and ``--resume`` after a SIGKILL at 60% byte-identical.
+  small run (goal <= 1.10), and ``--resume`` after a SIGKILL at 60% byte-identical; ``--scale-rounds 3,1``
+  runs the small size three times and the large once (medians compared), ``--scale-cases layer4`` one of
+  the two runs.
 * ``--memory``: hookdump's peak RSS on resnet50 at ``--images-large`` photos against ``--images`` (slow).
 * "hookdump's settings": the bare forward (and the seed's script) run with what ``hookdump`` does to its
   own process (malloc keeps freed memory within a batch and gives it back after it, ``allocator``;
@@ -38,7 +40,7 @@ wall time. The photos are copies of scikit-image's RGB and grayscale sample phot
 
     .venv/bin/python scripts/bench_dataset.py [--images 256] [--rounds 3] [--batch 32]
         [--cases resnet,vit,twins,vit-tokens,twins-many,tv] [--no-peers] [--images-twins 64]
-        [--memory] [--images-large 2048]
+        [--memory] [--images-large 2048] [--scale [--scale-rounds 1,1] [--scale-cases layer4,layer3]]
 """
 
 from __future__ import annotations
@@ -415,18 +417,31 @@ def scale(args: argparse.Namespace, work: Path) -> None:
     large ``layer3`` run killed (SIGKILL) after the checkpoint at 60% of its batches, ``--resume``d, and
     its files compared byte for byte with the uninterrupted run's."""
     small, large = (int(x) for x in args.scale_images.split(","))
+    repeats = dict(zip((small, large), (int(x) for x in args.scale_rounds.split(",")), strict=True))
     n = args.batch
     runs = {"layer4 --reduce mean": ["-l", "layer4", "--reduce", "mean"],
             "layer3 float16": ["-l", "layer3", "--save-dtype", "float16"]}  # fmt: skip
+    runs = {
+        label: options for label, options in runs.items() if label.split()[0] in args.scale_cases.split(",")
+    }
     folders = {count: flipped_photos(work / f"scale-{count}", count) for count in (small, large)}
     print(f"scale: {RESNET}, batch {n}, {small:,} and {large:,} photos (scikit-image's, cycled and mirrored)")
     for label, options in runs.items():
         got = {}
         for count, folder in folders.items():
             out = work / f"scale-out-{count}"
-            got[count] = run(
-                hookdump("-m", RESNET, *options, folder, "--batch-size", n, "-o", out, "--quiet")
-            )
+            tries = []
+            for _ in range(repeats[count]):
+                shutil.rmtree(out, ignore_errors=True)
+                tries.append(
+                    run(hookdump("-m", RESNET, *options, folder, "--batch-size", n, "-o", out, "--quiet"))
+                )
+            if len(tries) > 1:
+                walls, peaks = [round(t[0]) for t in tries], [round(t[1]) for t in tries]
+                print(f"  {label}: {count:,} photos, {len(tries)} runs: wall {walls} s, peak RSS {peaks} MB"
+                      " (medians below)")  # fmt: skip
+            got[count] = (statistics.median(t[0] for t in tries), statistics.median(t[1] for t in tries),
+                          statistics.median(t[2] for t in tries), None)  # fmt: skip
             if count == large and label == "layer3 float16":
                 resumed = work / "scale-resumed"
                 batches = math.ceil(large / n)
@@ -478,6 +493,8 @@ def main() -> None:
                         " source trees (PYTHONPATH), to compare versions")  # fmt: skip
     parser.add_argument("--scale", action="store_true", help="issue 22's scale run (long: not for CI)")
     parser.add_argument("--scale-images", default="1000,10000", help="SMALL,LARGE photos of --scale")
+    parser.add_argument("--scale-rounds", default="1,1", help="runs of SMALL,LARGE (medians compared)")
+    parser.add_argument("--scale-cases", default="layer4,layer3", help="--scale's runs: layer4, layer3")
     parser.add_argument("--memory", action="store_true", help="hookdump's peak RSS at --images-large too")
     parser.add_argument("--images-large", type=int, default=2048, help="photos of the --memory run")
     args = parser.parse_args()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import timm
@@ -17,6 +18,21 @@ def seeded(name: str, folder: Path, seed: int) -> tuple[torch.nn.Module, Path]:
     model = timm.create_model(name).eval()
     path = folder / f"{name}-{seed}.safetensors"
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    return model, path
+
+
+def odd_model(folder: Path, seed: int) -> tuple[torch.nn.Module, Path]:
+    """``Odd`` of tests/plugins/odd_plugin.py (in-place add, reused module, structured outputs) with seeded
+    weights (eval mode), and those weights as a safetensors file."""
+    sys.path.insert(0, str(Path(__file__).parent / "plugins"))
+    try:
+        import odd_plugin
+    finally:
+        sys.path.pop(0)
+    torch.manual_seed(seed)
+    model = odd_plugin.Odd().eval()
+    path = folder / f"odd-{seed}.safetensors"
+    save_file(model.state_dict(), str(path))
     return model, path
 
 

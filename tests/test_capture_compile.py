@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import PLUGINS, SKIMAGE_DATA
-from helpers import hand_hooks, photo_batch, seeded
-from safetensors.torch import save_file
+from helpers import hand_hooks, odd_model, photo_batch, seeded
 
 from hookdump import api
 from hookdump.inputs.files import InputSpec
@@ -81,15 +80,7 @@ def test_compiled_capture_equals_hand_written_eager_hooks(cli, tmp_path: Path) -
 
 
 def test_in_place_ops_structures_and_reused_modules_trace_into_the_graph(tmp_path: Path) -> None:
-    sys.path.insert(0, str(PLUGINS))
-    try:
-        import odd_plugin
-    finally:
-        sys.path.pop(0)
-    torch.manual_seed(8)
-    model = odd_plugin.Odd().eval()
-    weights = tmp_path / "odd.safetensors"
-    save_file(model.state_dict(), str(weights))
+    model, weights = odd_model(tmp_path, seed=8)
     spec = api.ModelSpec("odd_net", imports=(str(PLUGINS / "odd_plugin.py"),), checkpoint=weights)
     source = InputSpec(random=True, seed=2, input_size=(3, 8, 8))
     result = api.capture(source, ["conv", "split", "act"], model=spec, out=tmp_path / "o", compile=True)

@@ -4,14 +4,13 @@ gradients, in-place detection, early stop, precision, and models that cannot be 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import timm
 import torch
-from helpers import seeded
+from helpers import odd_model, seeded
 from safetensors.torch import load_file, save_file
 
 from hookdump import api
@@ -29,16 +28,7 @@ def _x(shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def odd(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
-    sys.path.insert(0, str(PLUGINS))
-    try:
-        import odd_plugin
-    finally:
-        sys.path.pop(0)
-    torch.manual_seed(3)
-    model = odd_plugin.Odd().eval()
-    path = tmp_path_factory.mktemp("odd") / "odd.safetensors"
-    save_file(model.state_dict(), str(path))
-    return model, path
+    return odd_model(tmp_path_factory.mktemp("odd"), seed=3)
 
 
 def _manifest(out: Path) -> dict:
