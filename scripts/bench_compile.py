@@ -22,6 +22,8 @@ seconds (``bench_dataset.run``: ``/usr/bin/time -v``), peak RSS, and each agains
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -97,10 +99,7 @@ def main() -> None:
 
 def end_to_end(sizes: list[int], model: str, layers: str, batch: int) -> None:
     """``hookdump capture`` eager, compiled on a cold cache and compiled on a warm one, at each size."""
-    import os
-    import shutil
-
-    from bench_dataset import hookdump, photos, run  # scripts/ is on sys.path
+    from bench_dataset import hookdump, photos, run  # scripts/ is on sys.path; it loads the photo code
 
     work = Path(tempfile.mkdtemp(prefix="hookdump-compile-e2e-"))
     layer_args = [arg for name in layers.split(",") for arg in ("-l", name)]

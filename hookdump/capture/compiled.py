@@ -40,31 +40,24 @@ class Compiled:
         self.first_seconds = 0.0  # the first compiled call: compilation and the forward
         self.seconds: list[float] = []  # each later compiled batch
         self.eager_images: list[int] = []  # the batches of another size, run eagerly
-        self.difference: tuple[float, str] = (
-            0.0,
-            "",
-        )  # the first batch: worst |compiled - eager| / max|eager|
+        # the first batch: the worst max |compiled - eager| / max |eager| of a tensor, and which tensor
+        self.difference, self.difference_tensor = 0.0, ""
 
-    def run(self, recorder: Recorder, batch: torch.Tensor, label: str) -> list[int]:
+    def run(self, recorder: Recorder, batch: torch.Tensor) -> None:
         """``recorder.run`` of one batch, compiled where it can be; the copies are left in the recorder."""
         if self.batch_size is None:
-            recorder.forward = self.model
-            recorder.run(batch, label)
+            recorder.run(batch, self.label)
             eager = recorder.drain()
-            recorder.forward = self._first
-            recorder.run(batch, label)
-            self.difference = _worst(recorder.batch, eager)
+            recorder.run(batch, self.label, forward=self._first)
+            self.difference, self.difference_tensor = _worst(recorder.batch, eager)
             self.batch_size = int(batch.shape[0])
         elif batch.shape[0] != self.batch_size:
             self.eager_images.append(int(batch.shape[0]))
-            recorder.forward = self.model
-            recorder.run(batch, label)
+            recorder.run(batch, self.label)
         else:
-            recorder.forward = self._compiled
             start = time.perf_counter()
-            recorder.run(batch, label)
+            recorder.run(batch, self.label, forward=self._compiled)
             self.seconds.append(time.perf_counter() - start)
-        return []
 
     def _first(self, batch: torch.Tensor) -> Any:
         start = time.perf_counter()
@@ -105,8 +98,8 @@ class Compiled:
             "first_batch_seconds": round(self.first_seconds, 3),
             "batch_seconds": round(statistics.median(self.seconds), 3) if self.seconds else None,
             "eager_batches": len(self.eager_images),
-            "first_batch_difference": self.difference[0],
-            "first_batch_difference_tensor": self.difference[1] or None,
+            "first_batch_difference": self.difference,
+            "first_batch_difference_tensor": self.difference_tensor or None,
         }
 
     def notes(self) -> list[str]:
@@ -119,10 +112,10 @@ class Compiled:
             if breaks and made["graph_break_reasons"]
             else ""
         )
-        worst, where = self.difference
         compared = (
-            f"differ from eager ones by at most {worst:.1e} of a tensor's largest value ({where})"
-            if worst
+            f"differ from eager ones by at most {self.difference:.1e} of a tensor's largest value"
+            f" ({self.difference_tensor})"
+            if self.difference
             else "equal eager ones bit for bit (other inputs may still round otherwise)"
         )
         notes = [

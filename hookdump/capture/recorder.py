@@ -103,7 +103,6 @@ class Recorder:
         self._eager: set[Key] = set()  # copied at hook time, always: changed in place in some pass
         self._stop_in_target: set[str] = set()
         self._handles: list[RemovableHandle] = []
-        self.forward: Callable[[torch.Tensor], Any] = model  # or its compiled form (``compiled.Compiled``)
 
     def _last_calls(self, expected: dict[str, int]) -> dict[str, int]:
         return {p: max(s) if s else expected.get(p, 1) - 1 for p, s in self.selected.items()}
@@ -242,11 +241,19 @@ class Recorder:
         batch, self.batch = self.batch, {}
         return batch
 
-    def run(self, batch: torch.Tensor, model_label: str, target: int | None = None) -> list[int]:
+    def run(
+        self,
+        batch: torch.Tensor,
+        model_label: str,
+        target: int | None = None,
+        forward: Callable[[torch.Tensor], Any] | None = None,
+    ) -> list[int]:
         """One forward pass (and backward, with grad); every selected layer (and call) must fire in it.
+        ``forward``: what runs the model, when not the model itself (its compiled form: ``compiled.py``).
 
         Returns the class whose score was differentiated for each image (empty without grad).
         """
+        forward = self.model if forward is None else forward
         while True:
             self.calls = dict.fromkeys(self.selected, 0)
             self._prefix_now, self._other_now = {}, {}
@@ -254,7 +261,7 @@ class Recorder:
             self._deferred.clear()
             start = profile.clock()
             try:
-                output = self.forward(batch)
+                output = forward(batch)
             except _EarlyStop:
                 self.stopped_early = True
                 output = None

@@ -68,10 +68,11 @@ def forward_all(
                     x = x.contiguous(memory_format=torch.channels_last)
                 try:
                     x = x.requires_grad_(run.grad)
-                    if compiled is not None:
-                        classes = compiled.run(recorder, x, label)
-                    else:
+                    if compiled is None:
                         classes = recorder.run(x, label, run.target)
+                    else:  # never with --grad: no classes
+                        compiled.run(recorder, x)
+                        classes = []
                 except RuntimeError as exc:  # e.g. `.view()` of a conv's output, which channels_last breaks
                     if not run.channels_last or from_environment(exc) is not None:
                         raise
