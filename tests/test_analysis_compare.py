@@ -239,6 +239,49 @@ def test_compare_two_captures_biased_and_rsa_against_rsatoolbox(
             assert got["matrix"][i][j] == pytest.approx(want_tau, abs=1e-12)
 
 
+def test_compare_layers_reads_a_pattern_as_capture_l_does(tmp_path: Path) -> None:
+    """`*` stays inside one dotted name (`blocks.*` is not `blocks.0.attn.qkv`), `**` crosses them, and
+    `model.blocks[1]` is `blocks.1`: the same pattern picks the same tensors in compare as modules in capture
+    (before, compare's fnmatch let `*` cross the dots)."""
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for name in PHOTOS[:5]:
+        shutil.copy(SKIMAGE_DATA / f"{name}.png", photos / f"{name}.png")
+    out = tmp_path / "vit"
+    done = hd(
+        "capture",
+        *VIT,
+        "-l",
+        "blocks.0",
+        "-l",
+        "blocks.0.attn.qkv",
+        "-l",
+        "blocks.1",
+        photos,
+        "-o",
+        out,
+        "-q",
+    )
+    assert done.returncode == 0, done.stderr
+    planned = hd("capture", *VIT, "-l", "blocks.*", photos, "--dry-run", "--json")
+    assert planned.returncode == 0, planned.stderr
+    in_capture = {m["name"] for m in json.loads(planned.stdout)}
+    assert {"blocks.0", "blocks.1"} <= in_capture and "blocks.0.attn.qkv" not in in_capture
+
+    def rows(*specs: str) -> list[str]:
+        found = hd("compare", out, *[a for s in specs for a in ("--layers", s)], "--json")
+        assert found.returncode == 0, found.stderr
+        return list(json.loads(found.stdout)["rows"])
+
+    assert rows("blocks.*") == ["blocks.0", "blocks.1"]
+    assert rows("blocks.**") == ["blocks.0", "blocks.0.attn.qkv", "blocks.1"]
+    assert rows("model.blocks[1]", "blocks.*.attn.*") == ["blocks.0.attn.qkv", "blocks.1"]
+    assert rows("re:qkv$", "blocks.1") == ["blocks.0.attn.qkv", "blocks.1"]
+    unclosed = hd("compare", out, "--layers", "blocks.[0")
+    assert unclosed.returncode == 2 and "has an unclosed `[`" in unclosed.stderr
+    assert "Traceback" not in unclosed.stderr
+
+
 def test_compare_refuses_what_it_cannot_compare_rightly(cli, vits: tuple[Path, Path], tmp_path: Path) -> None:
     a, _ = vits
     wrong = cli("compare", a, "--layers", "block.0")

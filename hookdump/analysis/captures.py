@@ -3,12 +3,12 @@ to hold the same inputs, their tensors picked (``--layers``) and paired by name 
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import patterns
 from ..errors import InputError, UsageError, did_you_mean
 from ..store.reader import Capture
 
@@ -111,19 +111,15 @@ def pair_names(
 
 
 def select(names: Sequence[str], specs: Sequence[str] | None, where: Path) -> list[str]:
-    """The names that ``specs`` (names, globs, ``re:`` regexes) pick, in capture order; all when none. A spec
-    that picks nothing is a UsageError naming the closest names."""
+    """The names that ``specs`` pick, in capture order; all when none. A spec is read as ``capture -l`` reads
+    one (``patterns.match``: ``*`` within one dotted segment, ``**`` across, ``re:``); one that picks nothing
+    is a UsageError naming the closest names."""
     if not specs:
         return list(names)
     chosen: set[str] = set()
     for spec in specs:
-        if spec.startswith("re:"):
-            try:
-                hits = {n for n in names if re.search(spec[3:], n)}
-            except re.error as exc:
-                raise UsageError(f"--layers `{spec}` is not a regex: {exc}.", "Fix the pattern.") from exc
-        else:
-            hits = {n for n in names if n == spec or fnmatch.fnmatchcase(n, spec)}
+        matched = patterns.match(spec, names)
+        hits = {patterns.normalize(spec)} & set(names) if matched is None else set(matched)
         if not hits:
             raise UsageError(
                 f"--layers `{spec}` matches no tensor of `{where}`.",

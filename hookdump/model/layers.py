@@ -4,17 +4,15 @@ that fire."""
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import dataclass
 
 from ..errors import LayerError, UsageError, closest
+from ..patterns import match, normalize
 from ..units import first_few
 from . import featlevels
 from .tree import Inventory, ModuleInfo
 
-_INDEX = re.compile(r"\[(\d+)\]")
 _CALL = re.compile(r"^(?P<path>.+)@(?P<call>\d+)$")
-_GLOB_CHARS = set("*?[")
 
 
 @dataclass(frozen=True)
@@ -25,73 +23,6 @@ class LayerTarget:
     path: str
     call: int | None = None
     elements: frozenset[int] | None = None
-
-
-def normalize(spec: str) -> str:
-    """``model.pos_block[3].proj[0]`` -> ``pos_block.3.proj.0``."""
-    path = _INDEX.sub(r".\1", spec.strip()).replace("..", ".").strip(".")
-    return path[len("model.") :] if path.startswith("model.") else path
-
-
-def glob_regex(pattern: str, spec: str | None = None) -> re.Pattern[str]:
-    """A glob where ``*`` matches within one dotted segment and ``**`` across segments; errors name ``spec``
-    (what the user wrote) when given."""
-    out = []
-    i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        if pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        if char == "*":
-            out.append(r"[^.]*")
-        elif char == "?":
-            out.append(r"[^.]")
-        elif char == "[":
-            end = pattern.find("]", i)
-            if end == -1:
-                raise UsageError(
-                    f"Layer pattern `{spec or pattern}` has an unclosed `[`.",
-                    "Close it (`layer[1-3]`), or write the pattern as a regular expression (re:...).",
-                )
-            out.append(pattern[i : end + 1])
-            i = end + 1
-            continue
-        else:
-            out.append(re.escape(char))
-        i += 1
-    try:
-        return _compile("".join(out))
-    except re.error as exc:  # a `[...]` class regex refuses: `[]`, `[z-a]`, `[\]`
-        raise UsageError(
-            f"Layer pattern `{spec or pattern}` is not a valid glob: {exc}.",
-            "Fix its `[...]` part (a set of characters, e.g. `layer[1-3]`), or leave the brackets out.",
-        ) from None
-
-
-def _compile(regex: str) -> re.Pattern[str]:
-    """``re.compile`` without the FutureWarning that `[[` raises (printed on stderr with a source line)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        return re.compile(regex)
-
-
-def match(spec: str, names: list[str]) -> list[str] | None:
-    """Names a pattern spec matches; None when ``spec`` is a plain path, not a pattern."""
-    if spec.startswith("re:"):
-        try:
-            regex = _compile(spec[3:])
-        except re.error as exc:
-            raise UsageError(
-                f"Bad regular expression in `{spec}`: {exc}.", "Fix the pattern after `re:`."
-            ) from exc
-        return [n for n in names if regex.search(n)]
-    path = normalize(spec)
-    if not _GLOB_CHARS & set(path):
-        return None
-    regex = glob_regex(path, spec)
-    return [n for n in names if regex.fullmatch(n)]
 
 
 def resolve(
