@@ -10,12 +10,12 @@ from collections.abc import Sequence
 
 from .errors import UsageError
 
-_INDEX = re.compile(r"\[(\d+)\]")
+_INDEX = re.compile(r"(?<=[^.\[])\[(\d+)\]")  # `blocks[3]` indexes; `blocks.[05]` is a glob's set
 _GLOB_CHARS = set("*?[")
 
 
 def normalize(spec: str) -> str:
-    """``model.pos_block[3].proj[0]`` -> ``pos_block.3.proj.0``."""
+    """``model.pos_block[3].proj[0]`` -> ``pos_block.3.proj.0``; ``blocks.[05]`` stays (a glob: 0 or 5)."""
     path = _INDEX.sub(r".\1", spec.strip()).replace("..", ".").strip(".")
     return path[len("model.") :] if path.startswith("model.") else path
 

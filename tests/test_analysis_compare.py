@@ -277,6 +277,7 @@ def test_compare_layers_reads_a_pattern_as_capture_l_does(tmp_path: Path) -> Non
     assert rows("blocks.**") == ["blocks.0", "blocks.0.attn.qkv", "blocks.1"]
     assert rows("model.blocks[1]", "blocks.*.attn.*") == ["blocks.0.attn.qkv", "blocks.1"]
     assert rows("re:qkv$", "blocks.1") == ["blocks.0.attn.qkv", "blocks.1"]
+    assert rows("blocks.[1]", "blocks[0]") == ["blocks.0", "blocks.1"]  # `.[1]` a glob's set, `[0]` an index
     unclosed = hd("compare", out, "--layers", "blocks.[0")
     assert unclosed.returncode == 2 and "has an unclosed `[`" in unclosed.stderr
     assert "Traceback" not in unclosed.stderr

@@ -89,6 +89,8 @@ def test_filter_glob_uses_the_layer_matcher(cli, twins: torch.nn.Module) -> None
     rows = listed(cli, "twins_svt_small", "--filter", "blocks.*.*.attn")
     expected = [n for n, m in twins.named_modules() if n.endswith(".attn") and n.count(".") == 3]
     assert [r["name"] for r in rows] == expected and len(expected) == sum(twins.depths)
+    rows = listed(cli, "twins_svt_small", "--filter", "pos_block.[03]")  # a set after a dot, not an index
+    assert [r["name"] for r in rows] == ["pos_block.0", "pos_block.3"]
     rows = listed(cli, "twins_svt_small", "--filter", r"re:^blocks\.3\.\d+\.mlp$")
     assert [r["name"] for r in rows] == [f"blocks.3.{i}.mlp" for i in range(twins.depths[3])]
 
