@@ -284,9 +284,14 @@ def test_compare_layers_reads_a_pattern_as_capture_l_does(tmp_path: Path) -> Non
 
 
 def test_compare_refuses_what_it_cannot_compare_rightly(cli, vits: tuple[Path, Path], tmp_path: Path) -> None:
-    a, _ = vits
+    a, b = vits
     wrong = cli("compare", a, "--layers", "block.0")
     assert wrong.exit_code == 2 and "matches no tensor" in wrong.stderr and "blocks.0" in wrong.stderr
+    one_wrong = cli("compare", a, b, "--layers", "blocks.0", "--layers", "blocks.[0")  # not dropped silently
+    assert one_wrong.exit_code == 2 and "has an unclosed `[`" in one_wrong.stderr, one_wrong.stderr
+    one_wrong = cli("compare", a, b, "--layers", "blocks.0", "--layers", "block.11")
+    assert one_wrong.exit_code == 2 and "`block.11` matches no tensor of" in one_wrong.stderr
+    assert "blocks.11" in one_wrong.stderr and not (tmp_path / "cka.png").exists()
     metric = cli("compare", a, "--metric", "cca")
     assert metric.exit_code == 2 and "--metric `cca` is not one of cka, rsa" in metric.stderr
     (tmp_path / "taken" / "rdm").mkdir(parents=True)

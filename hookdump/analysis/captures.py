@@ -110,6 +110,12 @@ def pair_names(
     return pairs, [n for n, new in mapped.items() if new not in in_b], [n for n in names_b if n not in taken]
 
 
+def picked(names: Sequence[str], spec: str) -> list[str]:
+    """The names one spec picks (none is no error here); a malformed glob or regex is a UsageError."""
+    matched = patterns.match(spec, names)
+    return [n for n in names if n == patterns.normalize(spec)] if matched is None else matched
+
+
 def select(names: Sequence[str], specs: Sequence[str] | None, where: Path) -> list[str]:
     """The names that ``specs`` pick, in capture order; all when none. A spec is read as ``capture -l`` reads
     one (``patterns.match``: ``*`` within one dotted segment, ``**`` across, ``re:``); one that picks nothing
@@ -118,8 +124,7 @@ def select(names: Sequence[str], specs: Sequence[str] | None, where: Path) -> li
         return list(names)
     chosen: set[str] = set()
     for spec in specs:
-        matched = patterns.match(spec, names)
-        hits = {patterns.normalize(spec)} & set(names) if matched is None else set(matched)
+        hits = set(picked(names, spec))
         if not hits:
             raise UsageError(
                 f"--layers `{spec}` matches no tensor of `{where}`.",

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError, check_choice
+from ..errors import UsageError, check_choice, did_you_mean
 from ..failures import from_environment
 from ..pictures.heatmap import heatmap
 from ..store.reader import Capture
 from . import cka, rsa
-from .captures import check_inputs, open_capture, select
+from .captures import check_inputs, open_capture, picked, select
 from .gram import Gram, check_fits, gram, gram_of
 from .pool import REDUCTIONS, reduced
 from .results import COMPARE_FOLDER, compare_json, write_result
@@ -118,8 +118,7 @@ def compare(
     right = open_capture(Path(b)) if b is not None else None
     if right is not None:
         check_inputs(left, right, allow_different_inputs, notes)
-    rows = _layers(left, layers, strict=right is None)
-    cols = _layers(right, layers, strict=False) if right is not None else rows
+    rows, cols = _layers(left, right, layers)
     n = _inputs(left, rows, right, cols)
     check_fits(n, len(rows) + (len(cols) if right is not None else 0))
     folder = Path(out) if out is not None else left.path / COMPARE_FOLDER
@@ -149,22 +148,29 @@ def compare(
     return result
 
 
-def _layers(capture: Capture, specs: Sequence[str] | None, strict: bool) -> list[str]:
-    if strict or not specs:
-        return select(list(capture), specs, capture.path)
-    found = [n for spec in specs for n in _lenient(capture, spec)]
+def _layers(left: Capture, right: Capture | None, specs: Sequence[str] | None) -> tuple[list[str], list[str]]:
+    """The rows (A's tensors) and columns (B's, else A's again) that ``--layers`` picks. With two captures a
+    spec may name tensors of one of them only, but one that names none of either is refused, not dropped."""
+    if right is None or not specs:
+        rows = select(list(left), specs, left.path)
+        return rows, rows if right is None else select(list(right), specs, right.path)
+    for spec in specs:
+        if not picked(list(left), spec) and not picked(list(right), spec):
+            raise UsageError(
+                f"--layers `{spec}` matches no tensor of `{left.path}` or `{right.path}`.",
+                did_you_mean(spec, list(left) + [n for n in right if n not in left.entries])
+                or f"Their tensors: {', '.join(list(left)[:8])}.",
+            )
+    return _picked_in(left, specs), _picked_in(right, specs)
+
+
+def _picked_in(capture: Capture, specs: Sequence[str]) -> list[str]:
+    found = {n for spec in specs for n in picked(list(capture), spec)}
     if not found:
         raise UsageError(
             f"--layers matches no tensor of `{capture.path}`.", f"Its tensors: {', '.join(capture)}."
         )
-    return [n for n in capture if n in set(found)]
-
-
-def _lenient(capture: Capture, spec: str) -> list[str]:
-    try:
-        return select(list(capture), [spec], capture.path)
-    except UsageError:
-        return []  # with two captures, a spec may name the layers of one of them only
+    return [n for n in capture if n in found]
 
 
 def _inputs(left: Capture, rows: list[str], right: Capture | None, cols: list[str]) -> int:
