@@ -289,9 +289,9 @@ def test_compare_refuses_what_it_cannot_compare_rightly(cli, vits: tuple[Path, P
     assert wrong.exit_code == 2 and "matches no tensor" in wrong.stderr and "blocks.0" in wrong.stderr
     one_wrong = cli("compare", a, b, "--layers", "blocks.0", "--layers", "blocks.[0")  # not dropped silently
     assert one_wrong.exit_code == 2 and "has an unclosed `[`" in one_wrong.stderr, one_wrong.stderr
-    one_wrong = cli("compare", a, b, "--layers", "blocks.0", "--layers", "block.11")
+    one_wrong = cli("compare", a, b, "--layers", "blocks.0", "--layers", "block.11", "-o", tmp_path / "none")
     assert one_wrong.exit_code == 2 and "`block.11` matches no tensor of" in one_wrong.stderr
-    assert "blocks.11" in one_wrong.stderr and not (tmp_path / "cka.png").exists()
+    assert "blocks.11" in one_wrong.stderr and not (tmp_path / "none").exists()
     metric = cli("compare", a, "--metric", "cca")
     assert metric.exit_code == 2 and "--metric `cca` is not one of cka, rsa" in metric.stderr
     (tmp_path / "taken" / "rdm").mkdir(parents=True)

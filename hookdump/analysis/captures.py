@@ -113,7 +113,10 @@ def pair_names(
 def picked(names: Sequence[str], spec: str) -> list[str]:
     """The names one spec picks (none is no error here); a malformed glob or regex is a UsageError."""
     matched = patterns.match(spec, names)
-    return [n for n in names if n == patterns.normalize(spec)] if matched is None else matched
+    if matched is not None:
+        return matched
+    path = patterns.normalize(spec)
+    return [n for n in names if n == path]
 
 
 def select(names: Sequence[str], specs: Sequence[str] | None, where: Path) -> list[str]:

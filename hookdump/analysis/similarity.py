@@ -154,18 +154,22 @@ def _layers(left: Capture, right: Capture | None, specs: Sequence[str] | None) -
     if right is None or not specs:
         rows = select(list(left), specs, left.path)
         return rows, rows if right is None else select(list(right), specs, right.path)
-    for spec in specs:
-        if not picked(list(left), spec) and not picked(list(right), spec):
+    names_a, names_b = list(left), list(right)
+    hits = {spec: (picked(names_a, spec), picked(names_b, spec)) for spec in specs}
+    for spec, (in_a, in_b) in hits.items():
+        if not in_a and not in_b:
+            both = list(dict.fromkeys(names_a + names_b))
             raise UsageError(
                 f"--layers `{spec}` matches no tensor of `{left.path}` or `{right.path}`.",
-                did_you_mean(spec, list(left) + [n for n in right if n not in left.entries])
-                or f"Their tensors: {', '.join(list(left)[:8])}.",
+                did_you_mean(spec, both) or f"Their tensors: {', '.join(both[:8])}.",
             )
-    return _picked_in(left, specs), _picked_in(right, specs)
+    return _in_order(left, {n for in_a, _ in hits.values() for n in in_a}), _in_order(
+        right, {n for _, in_b in hits.values() for n in in_b}
+    )
 
 
-def _picked_in(capture: Capture, specs: Sequence[str]) -> list[str]:
-    found = {n for spec in specs for n in picked(list(capture), spec)}
+def _in_order(capture: Capture, found: set[str]) -> list[str]:
+    """``found`` in the capture's order; none is a UsageError (every spec named the other capture only)."""
     if not found:
         raise UsageError(
             f"--layers matches no tensor of `{capture.path}`.", f"Its tensors: {', '.join(capture)}."
