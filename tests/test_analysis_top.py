@@ -112,3 +112,44 @@ def test_what_top_refuses(cli, dataset: Path) -> None:
     assert out_of_range.exit_code == 2 and "outside the 64 channels" in out_of_range.stderr
     both = cli("top", dataset, "--layer", "layer1", "--channel", "1", "--channels", "0:2")
     assert both.exit_code == 2 and "both given" in both.stderr
+
+
+def test_a_reduced_capture_is_ranked_by_its_values(dataset: Path, tmp_path: Path) -> None:
+    """``--reduce mean`` keeps one value per channel: top ranks the inputs by it, as numpy ranks the
+    full capture's maps averaged over space (the same seeded model, the same photos); logits (N, 1000) too."""
+    reduced = tmp_path / "reduced"
+    done = hd(
+        "capture", "-m", "resnet18", "-l", "layer3", "-l", "fc", dataset.parent / "photos", "--input-size",
+        "3,64,64", "--reduce", "mean", "--batch-size", "4", "-o", reduced, "-q",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ranked = hd("top", reduced, "--layer", "layer3", "--channels", "0:256", "-k", "3", "--no-png", "--json")
+    assert ranked.returncode == 0, ranked.stderr
+    assert "layer3 holds one value per channel per input (--reduce mean at capture)" in ranked.stderr
+    found = json.loads(ranked.stdout)
+    assert found["by"] == "value" and [c["channel"] for c in found["channels"]] == list(range(256))
+    scores = _whole(dataset, "layer3").mean(axis=(2, 3))  # the full maps, averaged here
+    for c in found["channels"]:
+        want = np.argsort(-scores[:, c["channel"]], kind="stable")[:3]
+        assert [t["index"] for t in c["top"]] == want.tolist(), c["channel"]
+        assert [t["value"] for t in c["top"]] == pytest.approx(scores[want, c["channel"]].tolist(), rel=1e-4)
+    logits = np.load(reduced / "fc.npy")
+    sheet = hd("top", reduced, "--layer", "fc", "--channel", "281", "-k", "4", "--sheets", tmp_path / "s")
+    assert sheet.returncode == 0, sheet.stderr
+    assert "fc holds one value per channel per input" in sheet.stderr
+    assert sheet.stdout.splitlines()[0] == f"top 4 inputs by the value of each channel of fc in {reduced}:"
+    kept = json.loads((tmp_path / "s" / "top.json").read_text())["channels"][0]["top"]
+    assert [t["index"] for t in kept] == np.argsort(-logits[:, 281], kind="stable")[:4].tolist()
+    with Image.open(tmp_path / "s" / "channel-281.png") as picture:  # the photos, without a map over them
+        assert picture.format == "PNG" and picture.width >= 2 * 128 and picture.height >= 2 * 128
+
+
+def test_a_tile_without_a_map_is_the_photo_or_grey(tmp_path: Path) -> None:
+    from hookdump.pictures.contact import tile
+
+    grey = tile(None, tmp_path / "gone.png", None)  # the photo moved away since the capture
+    assert grey.shape == (128, 128, 3) and (grey == 128).all()
+    photo = tile(None, SKIMAGE_DATA / "chelsea.png", None)
+    with Image.open(SKIMAGE_DATA / "chelsea.png") as opened:  # 451x300: its long side to the tile's
+        assert photo.shape == (300 * max(128, 451) // 451, max(128, 451), 3)
+        assert abs(photo.astype(float).mean() - np.asarray(opened.convert("RGB"), float).mean()) < 2

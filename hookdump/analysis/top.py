@@ -1,5 +1,6 @@
 """``hookdump top OUT --layer L``: the k inputs with the largest activation of each channel (its map's
-maximum or mean over space; for tokens, over the token positions), found in one streamed pass over the
+maximum or mean over space; for tokens, over the token positions; for an ``(N, C)`` tensor, such as a
+``--reduce``'d capture or logits, the value itself), found in one streamed pass over the
 capture (a running top-k per channel, one input's maps read at a time: the tensor is never loaded), and a
 contact sheet per channel: each top input as the model saw it with the channel's map over it."""
 
@@ -16,6 +17,7 @@ from ..errors import UsageError, check_choice
 from ..pictures.contact import contact_sheet, tile
 from ..pictures.grid import _range
 from ..pictures.maps import feature_maps
+from ..pictures.windows import not_per_image
 from ..store.tensorfile import Loaded, load
 from .captures import open_capture
 from .results import TOP_FOLDER, TOP_JSON, write_result
@@ -89,11 +91,20 @@ def top(
         raise UsageError("--channel and --channels both given.", "Give one channel, or a range A:B.")
     capture = open_capture(Path(out))
     loaded = load(capture.path, layer)
-    first = feature_maps(loaded, 0).maps  # a tensor without maps is refused here, naming it
-    count = int(first.shape[0])
+    vector = _one_value_per_channel(loaded)
+    # (N, C) (a --reduce'd capture, logits, pooled features) or maps; any other tensor is refused, naming it
+    count = int(loaded.array.shape[1]) if vector else int(feature_maps(loaded, 0).maps.shape[0])
     picked = _channels(channel, channels, count, layer)
-    best_value, best_index = _running_top(loaded, picked, k, by)
+    best_value, best_index = _running_top(loaded, picked, k, by, vector)
     notes = [f"-k {k}: the capture holds {loaded.count} inputs"] if k > loaded.count else []
+    if vector:
+        reduced = ((loaded.manifest or {}).get("options") or {}).get("reduce")
+        how = f"--reduce {reduced} at capture" if reduced else f"shape {tuple(loaded.array.shape)}"
+        notes.append(
+            f"{layer} holds one value per channel per input ({how}): each input is ranked by it, --by does"
+            " not apply, and the sheets show the inputs without a map"
+        )
+        by = "value"
     inputs = capture.inputs
     folder = Path(sheets) if sheets is not None else capture.path / TOP_FOLDER / layer
     result = []
@@ -131,16 +142,30 @@ def _channels(channel: int | None, channels: str | None, count: int, layer: str)
     return list(range(start, stop))
 
 
-def _running_top(loaded: Loaded, picked: list[int], k: int, by: str) -> tuple[np.ndarray[Any, Any], ...]:
-    """One pass over the inputs: the best ``k`` (value, input index) per channel, ties to the first input."""
+def _one_value_per_channel(loaded: Loaded) -> bool:
+    """Whether the tensor is ``(N, C)``, one value per channel of each input, rather than maps."""
+    shape = loaded.array.shape
+    return len(shape) == 2 and loaded.layout != "attn" and not loaded.windows and 0 not in shape and (
+        not_per_image(loaded) is None
+    )  # fmt: skip
+
+
+def _running_top(
+    loaded: Loaded, picked: list[int], k: int, by: str, vector: bool = False
+) -> tuple[np.ndarray[Any, Any], ...]:
+    """One pass over the inputs: the best ``k`` (value, input index) per channel, ties to the first input;
+    ``vector``: each channel's value is the entry itself."""
     rows = np.array(picked)
     value = np.full((len(picked), 0), -np.inf)
     index = np.zeros((len(picked), 0), np.int64)
     batch: list[np.ndarray[Any, Any]] = []
     start = 0
     for i in range(loaded.count):
-        maps = feature_maps(loaded, i).maps[rows].reshape(len(picked), -1).astype(np.float64)
-        score = maps.max(axis=1) if by == "max" else maps.mean(axis=1)
+        if vector:
+            score = loaded.image(i)[rows].astype(np.float64)
+        else:
+            maps = feature_maps(loaded, i).maps[rows].reshape(len(picked), -1).astype(np.float64)
+            score = maps.max(axis=1) if by == "max" else maps.mean(axis=1)
         batch.append(np.where(np.isnan(score), -np.inf, score))
         if len(batch) == 256 or i == loaded.count - 1:
             scores = np.stack(batch, axis=1)
@@ -157,8 +182,9 @@ def _running_top(loaded: Loaded, picked: list[int], k: int, by: str) -> tuple[np
 def _sheet(loaded: Loaded, c: int, chosen: list[dict[str, Any]], by: str, out: Path) -> Path:
     transform = (loaded.manifest or {}).get("transform")
     tiles, labels = [], []
+    vector = _one_value_per_channel(loaded)
     for item in chosen:
-        channel_map = feature_maps(loaded, item["index"]).maps[c]
+        channel_map = None if vector else feature_maps(loaded, item["index"]).maps[c]
         photo = None if item["input"].startswith("input ") else Path(item["input"])
         if photo is not None and not photo.is_absolute():  # relative to where the capture ran
             photo = Path((loaded.manifest or {}).get("cwd") or ".") / photo

@@ -22,19 +22,23 @@ ALPHA = 0.5
 
 
 def tile(
-    channel_map: np.ndarray[Any, Any], photo: Path | None, transform: dict[str, Any] | None
+    channel_map: np.ndarray[Any, Any] | None, photo: Path | None, transform: dict[str, Any] | None
 ) -> np.ndarray[Any, Any]:
     """One input's tile: the map (min-max scaled) over the photo as the model saw it, or alone when the
-    photo is not there to be read."""
+    photo is not there to be read; without a map (``None``), the photo alone, or a grey tile."""
     from PIL import Image
 
-    unit = to_unit(channel_map.astype(np.float32), None)[0]
     if photo is not None and photo.is_file():
         with Image.open(photo) as opened:
             seen, _ = fit_photo(opened.convert("RGB"), transform)
         side = max(TILE, max(seen.size))
         seen = seen.resize((side * seen.width // max(seen.size), side * seen.height // max(seen.size)))
-        return blend(unit, seen, ALPHA, "inferno")
+        if channel_map is None:
+            return np.asarray(seen)
+        return blend(to_unit(channel_map.astype(np.float32), None)[0], seen, ALPHA, "inferno")
+    if channel_map is None:
+        return np.full((TILE, TILE, 3), 128, np.uint8)
+    unit = to_unit(channel_map.astype(np.float32), None)[0]
     coloured = Image.fromarray(paint(unit, "inferno"))
     return np.asarray(coloured.resize((TILE, TILE), Image.Resampling.NEAREST))
 
