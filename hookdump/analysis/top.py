@@ -115,7 +115,7 @@ def top(
         ]
         record = ChannelTop(c, chosen)
         if png:
-            record.png = _sheet(loaded, c, chosen, by, folder / f"channel-{c}.png")
+            record.png = _sheet(loaded, c, chosen, by, vector, folder / f"channel-{c}.png")
         result.append(record)
     found = TopResult(capture.path, layer, by, k, result, notes)
     if png:
@@ -145,13 +145,11 @@ def _channels(channel: int | None, channels: str | None, count: int, layer: str)
 def _one_value_per_channel(loaded: Loaded) -> bool:
     """Whether the tensor is ``(N, C)``, one value per channel of each input, rather than maps."""
     shape = loaded.array.shape
-    return len(shape) == 2 and loaded.layout != "attn" and not loaded.windows and 0 not in shape and (
-        not_per_image(loaded) is None
-    )  # fmt: skip
+    return len(shape) == 2 and 0 not in shape and not loaded.windows and not_per_image(loaded) is None
 
 
 def _running_top(
-    loaded: Loaded, picked: list[int], k: int, by: str, vector: bool = False
+    loaded: Loaded, picked: list[int], k: int, by: str, vector: bool
 ) -> tuple[np.ndarray[Any, Any], ...]:
     """One pass over the inputs: the best ``k`` (value, input index) per channel, ties to the first input;
     ``vector``: each channel's value is the entry itself."""
@@ -179,10 +177,9 @@ def _running_top(
     return value, index
 
 
-def _sheet(loaded: Loaded, c: int, chosen: list[dict[str, Any]], by: str, out: Path) -> Path:
+def _sheet(loaded: Loaded, c: int, chosen: list[dict[str, Any]], by: str, vector: bool, out: Path) -> Path:
     transform = (loaded.manifest or {}).get("transform")
     tiles, labels = [], []
-    vector = _one_value_per_channel(loaded)
     for item in chosen:
         channel_map = None if vector else feature_maps(loaded, item["index"]).maps[c]
         photo = None if item["input"].startswith("input ") else Path(item["input"])

@@ -28,17 +28,15 @@ def tile(
     photo is not there to be read; without a map (``None``), the photo alone, or a grey tile."""
     from PIL import Image
 
+    unit = None if channel_map is None else to_unit(channel_map.astype(np.float32), None)[0]
     if photo is not None and photo.is_file():
         with Image.open(photo) as opened:
             seen, _ = fit_photo(opened.convert("RGB"), transform)
         side = max(TILE, max(seen.size))
         seen = seen.resize((side * seen.width // max(seen.size), side * seen.height // max(seen.size)))
-        if channel_map is None:
-            return np.asarray(seen)
-        return blend(to_unit(channel_map.astype(np.float32), None)[0], seen, ALPHA, "inferno")
-    if channel_map is None:
+        return np.asarray(seen) if unit is None else blend(unit, seen, ALPHA, "inferno")
+    if unit is None:
         return np.full((TILE, TILE, 3), 128, np.uint8)
-    unit = to_unit(channel_map.astype(np.float32), None)[0]
     coloured = Image.fromarray(paint(unit, "inferno"))
     return np.asarray(coloured.resize((TILE, TILE), Image.Resampling.NEAREST))
 
