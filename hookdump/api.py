@@ -25,6 +25,7 @@ from .inputs.files import InputSpec
 from .model import attention, build, inventory, layers, layouts, module_source, sources
 from .model.build import ModelSpec
 from .model.sources import Source
+from .pictures.draw import capture_pictures
 from .store import commit, outdir, sinks
 from .store.lock import check_free
 from .store.reader import finished_manifest
@@ -216,7 +217,7 @@ def plan(
     resolved: list[str] = []  # what each feat:K became
     targets = layers.resolve(list(layer_specs), found, name.requested, resolved)
     outdir.check_file_names([t.path for t in targets], opts.formats)
-    outdir.in_the_way(opts.out, [t.path for t in targets], opts.formats, commit.owned(opts.out))
+    outdir.in_the_way(opts.out, [t.path for t in targets], opts.formats, commit.owned(opts.out), opts.png)
     tree = ModuleTree(name.requested, name.timm_name, found, name.notes + found.notes)
     typed = meta_model if meta_model is not None else load_real()[0]  # module types are all it needs
     channels_last = layouts.channels_last_paths(typed, [t.path for t in targets])
@@ -332,8 +333,13 @@ def capture(
         **option_values,
     )  # fmt: skip
     if parallel.world()[1] > 1:
-        return _capture_on_ranks(found, list(layer_specs), started)
-    return run.run(found, list(layer_specs), started, on_batch)
+        result = _capture_on_ranks(found, list(layer_specs), started)
+    else:
+        result = run.run(found, list(layer_specs), started, on_batch)
+    if found.options.png and parallel.world()[0] == 0:
+        shown = capture_pictures(result.out, result.inputs)
+        result.pictures, result.notes = [r.path for r in shown.rendered], result.notes + shown.notes
+    return result
 
 
 def _capture_on_ranks(found: CapturePlan, layer_specs: list[str], started: float) -> CaptureResult:

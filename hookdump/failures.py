@@ -6,10 +6,8 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Callable
-from pathlib import Path
 
-from .errors import HookdumpError, InputError, UsageError
+from .errors import HookdumpError, InputError
 from .units import human_bytes
 
 #: The errno values of a disk with no room left (or a quota used up).
@@ -50,18 +48,3 @@ def from_environment(exc: BaseException) -> HookdumpError | None:
             " memory.",
         )
     return None
-
-
-def write_whole(path: Path, write: Callable[[Path], object], fix: str) -> Path:
-    """``write(tmp)`` a temporary file beside ``path``, then rename it over ``path``: a reader sees the old
-    file or the new one whole, never half of one; a failure of the machine is its error paragraph, any other
-    ``OSError`` one naming ``path`` with ``fix``."""
-    tmp = path.parent / f".hookdump-{os.getpid()}-{path.name}"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write(tmp)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise from_environment(exc) or UsageError(f"Cannot write `{path}`: {exc}", fix) from exc
-    return path

@@ -76,8 +76,10 @@ def test_contact_sheets_one_per_channel(dataset: Path, tmp_path: Path) -> None:
     assert done.stdout.splitlines()[0] == f"top 4 inputs by the max of each channel of layer1 in {dataset}:"
     sheet = tmp_path / "s" / "channel-7.png"
     assert f"-> {sheet}" in done.stdout and sorted(p.name for p in (tmp_path / "s").iterdir()) == [
-        sheet.name, "top.json",
-    ]  # fmt: skip
+        ".hookdump-files.json",
+        sheet.name,
+        "top.json",
+    ]  # fmt: skip (the first: the record that says hookdump wrote the others)
     kept = json.loads((tmp_path / "s" / "top.json").read_text())  # what --json prints, for `hookdump report`
     assert kept["hookdump_result"] == "top" and kept["record"] == str(tmp_path / "s" / "top.json")
     assert [c["channel"] for c in kept["channels"]] == [7] and kept["channels"][0]["png"] == str(sheet)

@@ -260,7 +260,8 @@ def test_files_get_the_users_usual_permissions(cli, tmp_path: Path) -> None:
         modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
     finally:
         os.umask(old)
-    assert set(modes) == {"layer1.npy", "layer1.pt", "tensors.safetensors", "manifest.json", "layer1.png"}
+    drawn = {"layer1.png", ".hookdump-files.json"}  # show's picture and its record
+    assert set(modes) == {"layer1.npy", "layer1.pt", "tensors.safetensors", "manifest.json", *drawn}
     assert set(modes.values()) == {0o644}, modes
 
 

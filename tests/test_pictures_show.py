@@ -232,7 +232,8 @@ def test_a_folder_several_files_and_every_image_at_once(cli, captured: Path, tmp
         "note: fc: skipped: A tensor of shape (1, 1000)" in result.stderr
         and "wrote 2 PNG(s)" in result.stdout
     )
-    assert sorted(p.name for p in (tmp_path / "pngs").iterdir()) == ["layer1.png", "layer3.png"]
+    pngs = sorted(p.name for p in (tmp_path / "pngs").iterdir())
+    assert pngs == [".hookdump-files.json", "layer1.png", "layer3.png"]  # and the record of what it wrote
     batch = np.random.default_rng(0).standard_normal((3, 2, 4, 4)).astype(np.float32)
     np.save(tmp_path / "b.npy", batch)
     np.save(tmp_path / "c.npy", batch[:1])

@@ -274,12 +274,20 @@ def test_nan_and_inf_are_highlighted(cli, tmp_path: Path) -> None:
 
 
 def test_rerun_replaces_the_report_through_the_console_script(cli, resnet: Path) -> None:
-    (resnet / "report" / "stale.png").write_bytes(b"old")
+    (resnet / "report" / "mine.png").write_bytes(b"a user's")  # not hookdump's: refused, kept
+    proc = subprocess.run([EXE, "report", str(resnet), "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "report/mine.png` is in the way" in proc.stderr, proc.stderr
+    assert (resnet / "report" / "mine.png").read_bytes() == b"a user's"
+    (resnet / "report" / "mine.png").unlink()
+    (resnet / "report" / "layer1.png").write_bytes(b"old")  # hookdump's, changed since: refused too
+    proc = subprocess.run([EXE, "report", str(resnet), "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "changed since" in proc.stderr, proc.stderr
+    (resnet / "report" / "layer1.png").unlink()
     proc = subprocess.run([EXE, "report", str(resnet), "--json"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["pictures"] == [str(resnet / "report" / "layer1.png")]
-    assert not (resnet / "report" / "stale.png").exists()
-    assert not [p for p in resnet.iterdir() if p.name.startswith(".")]  # no scratch left behind
+    hidden = [p.name for p in resnet.iterdir() if p.name.startswith(".")]
+    assert hidden == [".hookdump-files.json"]  # the record of what hookdump wrote; no scratch left behind
     _check_links(resnet)
     stats = cli("stats", resnet)
     assert stats.exit_code == 0 and "layer1" in stats.stdout

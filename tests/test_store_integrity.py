@@ -271,7 +271,7 @@ def test_a_users_own_file_in_the_way_is_refused_naming_it(tmp_path: Path) -> Non
     for extra in ((), ("--overwrite",)):
         done = hd("capture", *TINY, "--random-input", "-o", out, *extra)
         assert done.returncode == 2, done.stderr
-        paragraph(done.stderr, f"`{out / 'layer1.npy'}` is in the way", "no hookdump manifest", "Move it")
+        paragraph(done.stderr, f"`{out / 'layer1.npy'}` is in the way", "no hookdump record", "Move it")
         assert _files(out) == mine and _hidden(out) == []
     (out / "layer1.npy").unlink()
     assert hd("capture", *TINY, "--random-input", "-o", out).returncode == 0  # beside the photo

@@ -6,11 +6,11 @@ show each in a section of its own."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..digest import sha256
-from ..failures import write_whole
 from ..store.manifest import MANIFEST
 
 COMPARE_FOLDER = "compare"  # compare's default --out, inside A
@@ -32,12 +32,15 @@ def manifest_sha256(capture: Path) -> str | None:
         return None
 
 
-def write_result(path: Path, kind: str, record: dict[str, Any], captures: dict[str, Path | None]) -> Path:
-    """``record`` (a result's ``as_dict()``) as ``path``, written whole or not at all, with ``kind`` and the
-    sha256 of each capture's manifest (``a_manifest_sha256``, ...) it was made from."""
+def result_writer(
+    kind: str, record: dict[str, Any], captures: dict[str, Path | None]
+) -> Callable[[Path], object]:
+    """What writes ``record`` (a result's ``as_dict()``) to the path it is given, with ``kind`` and the
+    sha256 of each capture's manifest (``a_manifest_sha256``, ...) it was made from (the caller's claim on
+    the folder stages it)."""
     shas = {f"{k}_manifest_sha256": None if v is None else manifest_sha256(v) for k, v in captures.items()}
     text = json.dumps({KIND: kind, **record, **shas}, indent=1) + "\n"
-    return write_whole(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), "Choose another folder.")
+    return lambda path: path.write_text(text, encoding="utf-8")
 
 
 def read_result(path: Path, kind: str) -> dict[str, Any] | None:

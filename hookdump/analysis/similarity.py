@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,14 +16,16 @@ import numpy as np
 from ..errors import UsageError, check_choice, did_you_mean
 from ..failures import from_environment
 from ..pictures.heatmap import heatmap
+from ..store import claims
 from ..store.reader import Capture
 from . import cka, rsa
 from .captures import check_inputs, open_capture, picked, select
 from .gram import Gram, check_fits, gram, gram_of
 from .pool import REDUCTIONS, reduced
-from .results import COMPARE_FOLDER, compare_json, write_result
+from .results import COMPARE_FOLDER, compare_json, result_writer
 
 METRICS = ("cka", "rsa")
+RDMS = "rdm"  # the folder of RSA's RDMs, in compare's --out
 
 
 @dataclass
@@ -122,29 +123,32 @@ def compare(
     n = _inputs(left, rows, right, cols)
     check_fits(n, len(rows) + (len(cols) if right is not None else 0))
     folder = Path(out) if out is not None else left.path / COMPARE_FOLDER
-    grams = _Grams(reduce)
-    if metric == "cka":
-        how = {"estimator": "biased" if biased else "unbiased"}
-        grid = _cka(grams, left, rows, right, cols, not biased)
-    else:
-        how = {"distance": distance, "method": method}
-        grid, files = _rsa(grams, left, rows, right, cols, distance, method, rdm_only, folder)
-    notes += grams.notes()
-    result = Similarity(
-        Path(a), None if b is None else Path(b), metric, how, n, rows, cols, grid, notes=notes, reduce=reduce
-    )
-    if metric == "rsa":
-        result.files = files
-    undefined = sorted({rows[i] for i, r in enumerate(grid) for v in r if v is None})
-    if undefined and not rdm_only:
-        notes.append(f"not defined (a layer constant over the inputs, or NaN): {', '.join(undefined)}")
-    if png and not rdm_only:
-        result.files.append(heatmap(grid, rows, cols, result.title(), folder / f"{metric}.png"))
-        result.files.append(folder / compare_json(metric))
-        record = {**result.as_dict(), "png": f"{metric}.png"}
-        write_result(
-            result.files[-1], "compare", record, {"a": left.path, "b": None if right is None else right.path}
-        )
+    drawn = [f"{metric}.png", compare_json(metric)] if png and not rdm_only else []
+    with claims.claim(folder, drawn + [RDMS + "/"] * (metric == "rsa"), "compare", "--out") as writing:
+        grams = _Grams(reduce)
+        if metric == "cka":
+            how = {"estimator": "biased" if biased else "unbiased"}
+            grid = _cka(grams, left, rows, right, cols, not biased)
+        else:
+            how = {"distance": distance, "method": method}
+            grid, files = _rsa(grams, left, rows, right, cols, distance, method, rdm_only, writing)
+        notes += grams.notes()
+        result = Similarity(
+            Path(a), None if b is None else Path(b), metric, how, n, rows, cols, grid, notes=notes,
+            reduce=reduce,
+        )  # fmt: skip
+        if metric == "rsa":
+            result.files = files
+        undefined = sorted({rows[i] for i, r in enumerate(grid) for v in r if v is None})
+        if undefined and not rdm_only:
+            notes.append(f"not defined (a layer constant over the inputs, or NaN): {', '.join(undefined)}")
+        if drawn:
+            result.files += [folder / name for name in drawn]
+            record = {**result.as_dict(), "png": drawn[0]}
+            captures = {"a": left.path, "b": None if right is None else right.path}
+            writing.stage(drawn[0], heatmap(grid, rows, cols, result.title()))
+            writing.stage(drawn[1], result_writer("compare", record, captures))
+        writing.commit()
     return result
 
 
@@ -241,12 +245,12 @@ def _rsa(
     distance: str,
     method: str,
     rdm_only: bool,
-    folder: Path,
+    writing: claims.Claim,
 ) -> tuple[list[list[float | None]], list[Path]]:
-    """The RDMs of every layer, written to ``folder/rdm`` (all or nothing), and compared."""
+    """The RDMs of every layer, staged as the folder ``rdm`` of the claimed one, and compared."""
     rdms_a = {r: rsa.rdm(grams(left, r), distance) for r in rows}
     rdms_b = rdms_a if right is None else {c: rsa.rdm(grams(right, c), distance) for c in cols}
-    files = _write_rdms(folder / "rdm", left, rdms_a, None if right is None else rdms_b)
+    files = _write_rdms(writing, left, rdms_a, None if right is None else rdms_b)
     if rdm_only:
         return [], files
     grid = [[rsa.compare_rdms(rdms_a[r], rdms_b[c], method) for c in cols] for r in rows]
@@ -254,31 +258,25 @@ def _rsa(
 
 
 def _write_rdms(
-    folder: Path, left: Capture, rdms_a: dict[str, np.ndarray[Any, Any]], rdms_b: dict[str, Any] | None
+    writing: claims.Claim,
+    left: Capture,
+    rdms_a: dict[str, np.ndarray[Any, Any]],
+    rdms_b: dict[str, Any] | None,
 ) -> list[Path]:
-    """``folder/<layer>.npy`` (B's under ``folder/b/``) and ``folder/inputs.json``, replacing the folder
-    whole: staged beside it, then moved."""
-    if folder.exists() and not (folder / "inputs.json").is_file():
-        raise UsageError(
-            f"`{folder}` is in the way: it is not a folder of RDMs that hookdump compare wrote.",
-            "Choose another --out, or move that folder away.",
-        )
-    staged = folder.with_name(f".{folder.name}-{os.getpid()}.partial")
+    """``rdm/<layer>.npy`` (B's under ``rdm/b/``) and ``rdm/inputs.json``, staged to replace the folder
+    whole when the claim commits."""
+    staged = writing.stage_folder(RDMS)
+    folder = writing.path(RDMS)
     written: list[Path] = []
     try:
-        shutil.rmtree(staged, ignore_errors=True)
-        (staged / "b").mkdir(parents=True) if rdms_b is not None else staged.mkdir(parents=True)
+        (staged / "b").mkdir() if rdms_b is not None else None
         for sub, rdms in (("", rdms_a), ("b", rdms_b or {})):
             for name, matrix in rdms.items():
                 np.save(staged / sub / f"{name}.npy", matrix)
                 written.append(folder / sub / f"{name}.npy")
         order = [{k: i.get(k) for k in ("path", "sha256")} for i in left.inputs]
         (staged / "inputs.json").write_text(json.dumps(order, indent=1) + "\n")
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(staged, folder)
     except OSError as exc:
-        shutil.rmtree(staged, ignore_errors=True)
         raise from_environment(exc) or UsageError(
             f"Cannot write `{folder}`: {exc}", "Choose another --out."
         ) from exc

@@ -7,6 +7,7 @@ contact sheet per channel: each top input as the model saw it with the channel's
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,11 @@ from ..pictures.contact import contact_sheet, tile
 from ..pictures.grid import _range
 from ..pictures.maps import feature_maps
 from ..pictures.windows import not_per_image
+from ..store import claims
+from ..store.reader import Capture
 from ..store.tensorfile import Loaded, load
 from .captures import open_capture
-from .results import TOP_FOLDER, TOP_JSON, write_result
+from .results import TOP_FOLDER, TOP_JSON, result_writer
 
 BY = ("max", "mean")
 DEFAULT_CHANNELS = 16
@@ -95,6 +98,27 @@ def top(
     # (N, C) (a --reduce'd capture, logits, pooled features) or maps; any other tensor is refused, naming it
     count = int(loaded.array.shape[1]) if vector else int(feature_maps(loaded, 0).maps.shape[0])
     picked = _channels(channel, channels, count, layer)
+    if not png:
+        return _top(capture, loaded, layer, picked, k, by, vector, None)
+    folder = Path(sheets) if sheets is not None else capture.path / TOP_FOLDER / layer
+    names = [f"channel-{c}.png" for c in picked] + [TOP_JSON]
+    with claims.claim(folder, names, "top", "--sheets") as writing:
+        found = _top(capture, loaded, layer, picked, k, by, vector, writing)
+        writing.commit()
+    return found
+
+
+def _top(
+    capture: Capture,
+    loaded: Loaded,
+    layer: str,
+    picked: list[int],
+    k: int,
+    by: str,
+    vector: bool,
+    writing: claims.Claim | None,
+) -> TopResult:
+    """Rank, then (``writing``) stage a contact sheet per channel and ``top.json``."""
     best_value, best_index = _running_top(loaded, picked, k, by, vector)
     notes = [f"-k {k}: the capture holds {loaded.count} inputs"] if k > loaded.count else []
     if vector:
@@ -106,7 +130,6 @@ def top(
         )
         by = "value"
     inputs = capture.inputs
-    folder = Path(sheets) if sheets is not None else capture.path / TOP_FOLDER / layer
     result = []
     for row, c in enumerate(picked):
         chosen = [
@@ -114,13 +137,13 @@ def top(
             for v, i in zip(best_value[row], best_index[row], strict=True)
         ]
         record = ChannelTop(c, chosen)
-        if png:
-            record.png = _sheet(loaded, c, chosen, by, vector, folder / f"channel-{c}.png")
+        if writing is not None:
+            record.png = writing.stage(f"channel-{c}.png", _sheet(loaded, c, chosen, by, vector))
         result.append(record)
     found = TopResult(capture.path, layer, by, k, result, notes)
-    if png:
-        found.record = folder / TOP_JSON
-        write_result(found.record, "top", found.as_dict(), {"out": capture.path})
+    if writing is not None:
+        found.record = writing.path(TOP_JSON)
+        writing.stage(TOP_JSON, result_writer("top", found.as_dict(), {"out": capture.path}))
     return found
 
 
@@ -177,7 +200,9 @@ def _running_top(
     return value, index
 
 
-def _sheet(loaded: Loaded, c: int, chosen: list[dict[str, Any]], by: str, vector: bool, out: Path) -> Path:
+def _sheet(
+    loaded: Loaded, c: int, chosen: list[dict[str, Any]], by: str, vector: bool
+) -> Callable[[Path], object]:
     transform = (loaded.manifest or {}).get("transform")
     tiles, labels = [], []
     for item in chosen:
@@ -188,4 +213,4 @@ def _sheet(loaded: Loaded, c: int, chosen: list[dict[str, Any]], by: str, vector
         tiles.append(tile(channel_map, photo, transform))
         labels.append(f"{Path(item['input']).name} {item['value']:.3g}")
     caption = f"{loaded.stem} channel {c}: top {len(chosen)} inputs by {by}"
-    return contact_sheet(tiles, labels, caption, out)
+    return contact_sheet(tiles, labels, caption)

@@ -27,6 +27,7 @@ class CaptureOptions:
         attention: turn timm's fused attention off and save each attention module's weights as ``.attn``.
         compile: run the forward passes under ``torch.compile`` (``capture.compiled``): values equal eager
             ones to float rounding, not bit for bit; never with ``grad``, and the whole forward pass runs.
+        png: draw each tensor's grid (and heat map over the first photo) beside it, once the capture is done.
     """
 
     out: Path = Path("hookdump-out")
@@ -49,3 +50,4 @@ class CaptureOptions:
     shard: str | None = None
     attention: bool = False
     compile: bool = False
+    png: bool = False

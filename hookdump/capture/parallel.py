@@ -18,6 +18,9 @@ import torch
 
 from ..errors import HookdumpError, InputError, Interrupted, UsageError
 from ..inputs.files import skipped_note
+from ..store import outdir
+from ..store.commit import owned
+from ..store.lock import check_free
 from ..store.manifest import MANIFEST, entry_stem
 from ..store.outdir import read_progress
 from ..store.reader import Capture, read_manifest
@@ -86,10 +89,11 @@ def merge(shard_dirs: list[Path], out: Path, overwrite: bool = False) -> MergeRe
             )
     options = first["options"]
     formats = tuple(options["format"].split(","))
+    _check_out(out, shard_dirs, sorted({str(e["layer"]) for e in entries.values()}), formats, overwrite)
     shard_bytes = None
     if options.get("shard_size"):
         shard_bytes = parse_size(options["shard_size"])
-    with Writer(out, formats, "keep", overwrite=overwrite, shard_bytes=shard_bytes) as writer:
+    with Writer(out, formats, "keep", overwrite, shard_bytes=shard_bytes, command="merge") as writer:
         for capture in captures:
             for stem, entry in entries.items():
                 _append(writer, entry, capture[stem])
@@ -97,6 +101,22 @@ def merge(shard_dirs: list[Path], out: Path, overwrite: bool = False) -> MergeRe
         header = _merged_header(first, [c.manifest for c in captures], shard_dirs, out)
         saved = writer.commit(records, header)
     return MergeResult(out, out / MANIFEST, len(captures), len(header["inputs"]), saved)
+
+
+def _check_out(
+    out: Path, shards: list[Path], layers: list[str], formats: tuple[str, ...], overwrite: bool
+) -> None:
+    """Refuse, before any work, an ``out`` that merge may not write: one of the shards it reads, a folder
+    that cannot be written, a capture there (without --overwrite), a user's file of a name it writes."""
+    for folder in shards:
+        if folder.resolve() == out.resolve():
+            raise UsageError(
+                f"--out `{out}` is one of the shards being merged: the merge would replace files it reads.",
+                "Merge into a new folder: -o merged.",
+            )
+    check_free(out)
+    outdir.check(out, overwrite, resume=False)
+    outdir.in_the_way(out, layers, formats, owned(out), command="merge")
 
 
 def _shard_manifest(folder: Path) -> dict[str, Any]:

@@ -217,12 +217,6 @@ def capture(
                 result = api.capture(
                     source, layer or [], model=spec, options=options, on_batch=process.trimmed(bar.update)
                 )
-            if png and int(os.environ.get("RANK", "0")) == 0:
-                # for speed: the picture code loads only when --png asks for pictures
-                from ..pictures.draw import capture_pictures
-
-                shown = capture_pictures(result.out, result.inputs)
-                result.pictures, result.notes = [r.path for r in shown.rendered], result.notes + shown.notes
     if dry_run:
         render.notes(found.tree.notes + found.notes)
         typer.echo(render.as_json(render.plan_dict(found)) if json_out else render.plan(found))

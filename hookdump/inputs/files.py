@@ -153,6 +153,12 @@ def _expand(text: str, skip: frozenset[Path], left_out: list[Path]) -> list[Path
             raise InputError(f"List file `{listing}` holds no images.", "Write one image path a line in it.")
         return [p if p.exists() or p.is_absolute() else listing.parent / p for p in paths]
     path = Path(text)
+    if path.is_dir() and path.resolve() in skip:
+        raise UsageError(
+            f"--out `{text}` is the folder the inputs are read from: hookdump keeps its files apart from"
+            " yours (and a later run would read its pictures as inputs).",
+            "Choose another --out, e.g. a folder beside it.",
+        )
     if path.is_dir():
         images = _walk(path, skip, left_out)
         if not images:

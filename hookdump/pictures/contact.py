@@ -1,17 +1,16 @@
 """A contact sheet of one channel's top inputs (``hookdump top``): each input as the model saw it (the photo
 cropped as the eval transform crops it) with that channel's map laid over it, labelled with the file name
-and the value; written all or nothing. numpy and Pillow only."""
+and the value. numpy and Pillow only."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..failures import write_whole
 from .colormap import paint
 from .grid import CHAR, LINE, PADDING, SEPARATOR, TEXT
 from .maps import to_unit
@@ -42,9 +41,10 @@ def tile(
 
 
 def contact_sheet(
-    tiles: Sequence[np.ndarray[Any, Any]], labels: Sequence[str], caption: str, out: Path
-) -> Path:
-    """``tiles`` in a square-ish grid, each with its label above it, under ``caption``; PNG at ``out``."""
+    tiles: Sequence[np.ndarray[Any, Any]], labels: Sequence[str], caption: str
+) -> Callable[[Path], object]:
+    """``tiles`` in a square-ish grid, each with its label above it, under ``caption``; returns what writes
+    it as a PNG to the path it is given (the caller's claim on the folder stages it)."""
     from PIL import Image, ImageDraw, ImageFont
 
     th = max(t.shape[0] for t in tiles)
@@ -66,9 +66,7 @@ def contact_sheet(
     pen.text((PADDING, PADDING), _latin(caption), fill=TEXT, font=font)
     for (left, top), label in zip(spots, labels, strict=True):
         pen.text((left, top), _latin(label[: tw // CHAR]), fill=TEXT, font=font)
-    return write_whole(
-        out, lambda tmp: sheet.save(tmp, format="PNG", compress_level=3), "Choose another --out."
-    )
+    return lambda path: sheet.save(path, format="PNG", compress_level=3)
 
 
 def _latin(text: str) -> str:

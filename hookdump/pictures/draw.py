@@ -11,16 +11,14 @@ Grad-CAM; for every image of the batch, ``<stem>.img<i>.png`` (``.img<i>.overlay
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HookdumpError, NoMap, UsageError
-from ..failures import from_environment
 from ..inputs.images import open_image
+from ..store import claims
 from ..store.manifest import ROLLOUT, picture_name
 from ..store.tensorfile import Array, Loaded, expand, is_gradient, load
 from .attnviz import head_overlays, rollout_of
@@ -43,14 +41,27 @@ def show(
     options.check()
     loaded = load(file, key)
     out = _destination(output, 1)[0] or default_output(loaded, options, None, None)
-    staged = _Staged()
-    try:
+    with _Staged([out], "show", "--output") as staged:
         image, rendered = render(loaded, index, options, out)
         staged.add(image, out)
         staged.commit()
-    finally:
-        staged.discard()
     return rendered
+
+
+def picture(file: Path, out: Path, *, key: str | None = None, index: int = 0, **style: Any) -> Rendered:
+    """Draw one tensor as :func:`show` does into ``out``, a file the caller has claimed (``hookdump report``
+    writes its pictures into a folder of its own that it claimed whole)."""
+    options = Style(**style)
+    options.check()
+    image, rendered = render(load(file, key), index, options, out)
+    save_png(image, out)
+    return rendered
+
+
+def save_png(image: Array, out: Path) -> None:
+    from PIL import Image
+
+    Image.fromarray(image).save(out, format="PNG", compress_level=3)  # 3x faster than 6, ~5% larger
 
 
 def show_many(
@@ -59,10 +70,12 @@ def show_many(
     key: str | None = None,
     output: Path | None = None,
     index: int | None = 0,
+    command: str = "show",
     **style: Any,
 ) -> Shown:
     """Render every tensor ``files`` name (all of a capture folder or safetensors file without ``key``),
-    image ``index`` of each, or every image when ``index`` is None."""
+    image ``index`` of each, or every image when ``index`` is None; ``command`` names who draws them in
+    a refusal (``capture --png``)."""
     options = Style(**style)
     options.check()
     many = len(files) > 1 or index is None
@@ -73,7 +86,7 @@ def show_many(
         pairs += named
     loaded = [load(f, k) for f, k in pairs]
     if options.rollout:
-        return _rollout(loaded, index, options, output)
+        return _rollout(loaded, index, options, output, command)
     if options.gradcam:
         loaded = [t for t in loaded if not is_gradient(t)] or loaded
     jobs = [(t, i) for t in loaded for i in (range(t.count) if index is None else [index])]
@@ -81,8 +94,7 @@ def show_many(
     outs = [file or default_output(t, options, None if index is not None else i, folder) for t, i in jobs]
     _no_clashes(outs)
     rendered, notes, skipped = [], [], []
-    staged = _Staged()
-    try:
+    with _Staged(outs, command, "--output" if command == "show" else "--out") as staged:
         for (tensor, i), out in zip(jobs, outs, strict=True):
             try:
                 image, done = render(tensor, i, options, out)
@@ -97,8 +109,6 @@ def show_many(
         if not rendered and skipped:
             raise skipped[0]
         staged.commit()
-    finally:
-        staged.discard()
     return Shown(rendered, notes, many)
 
 
@@ -119,24 +129,24 @@ def _attention_overlay(
     )  # fmt: skip
 
 
-def _rollout(loaded: list[Loaded], index: int | None, style: Style, output: Path | None) -> Shown:
+def _rollout(
+    loaded: list[Loaded], index: int | None, style: Style, output: Path | None, command: str
+) -> Shown:
     """``--rollout``: one picture per image of the rollout through every attention tensor given."""
     images = range(loaded[0].count) if index is None and loaded else [index or 0]
     file, folder = _destination(output, len(images))
+    where = folder or (loaded[0].path.parent if loaded else Path("."))
+    outs = [
+        file or where / picture_name(ROLLOUT, None if index is not None else i, style.suffix) for i in images
+    ]
     rendered = []
-    staged = _Staged()
-    try:
-        for i in images:
+    with _Staged(outs, command, "--output") as staged:
+        for i, out in zip(images, outs, strict=True):
             unit, how, layers = rollout_of(loaded, i)
-            first = layers[0]
-            where = folder or first.path.parent
-            out = file or where / picture_name(ROLLOUT, None if index is not None else i, style.suffix)
-            image, done = _heat_picture(first, i, style, out, unit, how)
+            image, done = _heat_picture(layers[0], i, style, out, unit, how)
             staged.add(image, out)
             rendered.append(done)
         staged.commit()
-    finally:
-        staged.discard()
     return Shown(rendered, [], index is None)
 
 
@@ -190,7 +200,7 @@ def capture_pictures(out: Path, inputs: list[dict[str, Any]]) -> Shown:
     notes: list[str] = []
     for over in [None, photo] if photo is not None else [None]:
         try:
-            shown = show_many([out], index=0, photo=over)
+            shown = show_many([out], index=0, photo=over, command="capture --png")
         except HookdumpError as exc:
             notes.append(f"--png: {exc.message}")
             continue
@@ -292,35 +302,28 @@ def _no_clashes(outs: list[Path]) -> None:
 
 
 class _Staged:
-    """PNGs written to scratch names beside their destination, renamed into place by :meth:`commit`. Each
-    file is created the ordinary way, so it gets the user's usual permissions (umask), not mkstemp's 0600."""
+    """The PNGs of one command, checked before any is drawn (``claims.claim`` for each folder they go to: a
+    user's file in the way is refused), then each written beside its place and renamed in by
+    :meth:`commit`; leaving the ``with`` block without a commit removes what was written."""
 
-    def __init__(self) -> None:
-        self.files: list[tuple[Path, Path]] = []
+    def __init__(self, outs: list[Path], command: str, option: str) -> None:
+        folders: dict[Path, list[str]] = {}
+        for out in outs:
+            folders.setdefault(out.parent, []).append(out.name)
+        self.claims: dict[Path, claims.Claim] = {}
+        for folder, names in folders.items():
+            self.claims[folder] = claims.claim(folder, names, command, option)
 
     def add(self, image: Array, out: Path) -> None:
-        from PIL import Image
-
-        tmp = out.parent / f".hookdump-{os.getpid()}-{len(self.files)}.png"  # never longer than NAME_MAX
-        self.files.append((tmp, out))
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(image).save(tmp, format="PNG", compress_level=3)  # 3x faster than 6, ~5% larger
-        except OSError as exc:
-            raise from_environment(exc) or UsageError(
-                f"Cannot write `{out}`: {exc}", "Choose another --output."
-            ) from exc
+        self.claims[out.parent].stage(out.name, lambda tmp: save_png(image, tmp))
 
     def commit(self) -> None:
-        try:
-            for tmp, out in self.files:
-                os.replace(tmp, out)
-        except OSError as exc:
-            raise from_environment(exc) or UsageError(
-                f"Cannot write `{out}`: {exc}", "Choose another --output."
-            ) from exc
+        for claim in self.claims.values():
+            claim.commit()
 
-    def discard(self) -> None:
-        for tmp, _ in self.files:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+    def __enter__(self) -> _Staged:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for claim in self.claims.values():
+            claim.discard()

@@ -1,15 +1,14 @@
 """A labelled heat map of a layer x layer matrix (``hookdump compare --png``): rows and columns named by
 the layers, a colour per value (viridis, 0 to 1; a value that is not defined in magenta), the values
-printed in the cells while they fit, a caption; written all or nothing. numpy and Pillow only."""
+printed in the cells while they fit, a caption. numpy and Pillow only."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from ..failures import write_whole
 from .colormap import paint
 from .grid import CHAR, LINE, PADDING, SEPARATOR, TEXT
 
@@ -22,9 +21,9 @@ def heatmap(
     rows: Sequence[str],
     cols: Sequence[str],
     caption: str,
-    out: Path,
-) -> Path:
-    """Draw ``matrix`` (``len(rows) x len(cols)``, values in 0..1, None: not defined) into ``out`` (PNG)."""
+) -> Callable[[Path], object]:
+    """Draw ``matrix`` (``len(rows) x len(cols)``, values in 0..1, None: not defined); returns what writes
+    it as a PNG to the path it is given (the caller's claim on the folder stages it)."""
     from PIL import Image, ImageDraw, ImageFont
 
     values = np.array([[np.nan if v is None else v for v in row] for row in matrix], dtype=float)
@@ -57,7 +56,7 @@ def heatmap(
                 ink = (0, 0, 0) if np.isfinite(v) and v > 0.6 else TEXT
                 at = (left + j * cell + (cell - CHAR * len(text)) // 2, top + i * cell + (cell - LINE) // 2)
                 pen.text(at, text, fill=ink, font=font)
-    return write_whole(out, lambda tmp: picture.save(tmp, format="PNG"), "Choose another --png.")
+    return lambda path: picture.save(path, format="PNG")
 
 
 def _latin(text: str) -> str:

@@ -10,16 +10,15 @@ What it writes, all inside ``OUT`` so the folder can be moved or copied whole:
 What ``compare --png`` and ``top`` left in the folder (``OUT/compare/<metric>.json`` and its heat map,
 ``OUT/top/<layer>/top.json`` and its contact sheets) gets a section each, linking their pictures in place.
 
-Every link is relative; nothing comes from the network. The new report is built in a hidden scratch folder
-and swapped in at the end, ``index.html`` last and atomically: a failed run leaves the earlier report as it
-was. ``hookdump.open(OUT)``, ``stats`` and ``merge`` read only what ``manifest.json`` lists, so the report's
-files are no trouble to them.
+Every link is relative; nothing comes from the network. Both are written through the store's claim on the
+folder (``claims``): a file of the user's in their way is refused before any work, the new report is built
+beside the old one and swapped in at the end, so a failed run leaves the earlier report as it was.
+``hookdump.open(OUT)``, ``stats`` and ``merge`` read only what ``manifest.json`` lists, so the report's files
+are no trouble to them.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from ..errors import InputError, UsageError
 from ..failures import from_environment
 from ..inputs.images import open_image
 from ..pictures import draw
+from ..store import claims
 from ..store.lock import check_free
 from ..store.manifest import MANIFEST, entry_stem, picture_name
 from ..store.outdir import REPORT_FOLDER, REPORT_PAGE, SCRATCH, progress_text, read_progress
@@ -45,22 +45,27 @@ LISTED = 500  # inputs listed in the table; manifest.json has them all
 
 
 def build(out: Path, *, max_channels: int = 64) -> Report:
-    """Write ``OUT/index.html`` and ``OUT/report/`` for the finished capture in ``out``, replacing any
-    earlier report; raise InputError for a folder that holds no finished capture."""
+    """Write ``OUT/index.html`` and ``OUT/report/`` for the finished capture in ``out``, replacing the
+    earlier report hookdump wrote there (a user's file in the way is refused before any work); raise
+    InputError for a folder that holds no finished capture."""
     check_free(out)  # a capture writing here now: refused, naming it
     banner = _check(out)
     capture = Capture(out)
-    rows, notes = collect(out)
-    manifest = capture.manifest
-    scratch = out / f".hookdump-report-{os.getpid()}"
-    shutil.rmtree(scratch, ignore_errors=True)
-    try:
-        scratch.mkdir()
+    elsewhere = "copy the capture elsewhere (cp -r) and report there"
+    with claims.claim(out, [INDEX, FOLDER + "/"], "report", "OUT", elsewhere) as writing:
+        rows, notes = collect(out)
+        manifest = capture.manifest
+        scratch = writing.stage_folder(FOLDER)
         files = _files(manifest)
         sections = [_section(row, capture.entries[row["name"]], files[row["name"]]) for row in rows]
-        for section in sections:
-            notes += _draw(out, section, scratch, max_channels)
-        inputs = _inputs(manifest, scratch / "inputs")
+        try:
+            for section in sections:
+                notes += _draw(out, section, scratch, max_channels)
+            inputs = _inputs(manifest, scratch / "inputs")
+        except OSError as exc:
+            raise from_environment(exc) or UsageError(
+                f"Cannot write the report into `{out}`: {exc}", f"Make the folder writable, or {elsewhere}."
+            ) from exc
         missing = [i for i in inputs if i.no_thumbnail.startswith("not found")]
         if missing:
             notes.append(
@@ -72,14 +77,10 @@ def build(out: Path, *, max_channels: int = 64) -> Report:
             out / INDEX, out / FOLDER, sections, inputs, banner, notes + unread + [banner] * bool(banner),
             compares, tops,
         )  # fmt: skip
-        _swap(out, scratch, html(report, manifest, _when(out), digest))
-    except OSError as exc:
-        raise from_environment(exc) or UsageError(
-            f"Cannot write the report into `{out}`: {exc}",
-            "Make the folder writable, or copy the capture elsewhere (cp -r) and report there.",
-        ) from exc
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        page = html(report, manifest, _when(out), digest)
+        # a file name that is not UTF-8: `?`
+        writing.stage(INDEX, lambda tmp: tmp.write_text(page, encoding="utf-8", errors="replace"))
+        writing.commit()
     return report
 
 
@@ -130,7 +131,7 @@ def _draw(out: Path, section: Section, scratch: Path, max_channels: int) -> list
     try:
         file = out / section.files[0]  # the file itself: no capture folder read again for each tensor
         key = section.name if file.suffix == ".safetensors" else None
-        rendered = draw.show(file, key=key, output=scratch / name, max_channels=max_channels)
+        rendered = draw.picture(file, scratch / name, key=key, max_channels=max_channels)
     except InputError as exc:  # a vector, a shape with no map: said on the page
         section.no_picture = exc.message
         return []
@@ -177,30 +178,6 @@ def _thumbnail(row: InputRow, path: Path, folder: Path) -> None:
     folder.mkdir(exist_ok=True)
     image.save(folder / f"{row.number}.jpg", format="JPEG", quality=85)
     row.thumbnail, row.width, row.height = f"{FOLDER}/inputs/{row.number}.jpg", image.width, image.height
-
-
-def _swap(out: Path, scratch: Path, page: str) -> None:
-    """Put the new pictures in place of the old ones, then ``index.html`` (atomically, a rename)."""
-    target, old = out / FOLDER, out / f".hookdump-report-old-{os.getpid()}"
-    if target.exists() and not target.is_dir():
-        raise UsageError(
-            f"`{target}` is a file: the report keeps its pictures there.", "Move that file away."
-        )
-    tmp = out / f".{INDEX}.{os.getpid()}.tmp"
-    try:
-        tmp.write_text(page, encoding="utf-8", errors="replace")  # a file name that is not UTF-8: `?`
-        if target.exists():
-            os.rename(target, old)
-        try:
-            os.rename(scratch, target)
-        except OSError:
-            if old.exists():
-                os.rename(old, target)
-            raise
-        os.replace(tmp, out / INDEX)
-    finally:
-        tmp.unlink(missing_ok=True)
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _when(out: Path) -> str:

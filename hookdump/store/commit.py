@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from . import claims
 from .formats import SAFETENSORS_FILE, SAFETENSORS_INDEX
 from .lock import OutputLock
-from .manifest import MANIFEST, ROLLOUT, entry_stem, inside, is_picture_of
-from .outdir import JOURNAL, REPORT_FOLDER, REPORT_PAGE, SCRATCH, committing
+from .manifest import MANIFEST, inside
+from .outdir import JOURNAL, SCRATCH, committing
 from .reader import read_manifest
 
 
@@ -36,21 +37,19 @@ def kill_at(point: str) -> None:
 
 
 def previous_files(out: Path) -> list[str]:
-    """What an --overwrite removes of the capture in ``out``: the files its manifest lists, and the pictures
-    and report page drawn from them (``show``, ``capture --png``, ``hookdump report``)."""
+    """What an --overwrite removes of the capture in ``out``: the files its manifest lists, and what the
+    folder's record says hookdump drew from them (``show``, ``capture --png``, ``hookdump report``)."""
     old = read_manifest(out)
     if old is None:
         return []
     try:
         files = {str(entry["file"]) for entry in old.get("tensors", [])}
-        stems = {entry_stem(entry) for entry in old.get("tensors", [])}
     except (KeyError, TypeError, AttributeError):
-        files, stems = set(), set()
+        files = set()
     if any(name != SAFETENSORS_FILE and name.startswith("tensors-") for name in files):
         files.add(SAFETENSORS_INDEX)
-    drawn = {p.name for p in out.glob("*.png") if any(is_picture_of(p.name, s) for s in [*stems, ROLLOUT])}
-    names = files | drawn | {REPORT_PAGE}
-    return sorted(n for n in names if (out / n).parent == out and (out / n).is_file())
+    files = {n for n in files if (out / n).parent == out and (out / n).is_file()}
+    return sorted(files | set(claims.recorded(out)))
 
 
 def owned(out: Path) -> list[str]:
@@ -64,16 +63,22 @@ def owned(out: Path) -> list[str]:
     return previous_files(out) + pending
 
 
-def check_free(out: Path, names: list[str]) -> None:
-    """The files the commit writes replace only the old capture's (a file put there during the run, in
-    the way, is refused naming it; every batch stays in the scratch folder)."""
+def check_free(out: Path, names: list[str], command: str = "capture") -> None:
+    """The files the commit writes replace only hookdump's own (a file put there while ``command`` ran, in
+    the way, is refused naming it; a capture's batches stay in the scratch folder, for --resume)."""
     ours = set(previous_files(out))
     for name in names:
         if (out / name).exists() and name not in ours:
+            fix = (
+                "Move it away and rerun the same command with --resume: every batch is kept."
+                if command == "capture"
+                else "Move it away and run the same command again, or choose another --out."
+            )
             raise UsageError(
-                f"`{out / name}` appeared during the capture, in the way of its file of that name (hookdump"
-                " replaces only files of its own captures).",
-                "Move it away and rerun the same command with --resume: every batch is kept.",
+                f"`{out / name}` is in the way: a file of that name was put there while hookdump {command}"
+                " wrote this folder, and no hookdump record says hookdump wrote it (hookdump replaces only"
+                " its own files).",
+                fix,
             )
 
 
@@ -100,9 +105,7 @@ def finish(out: Path) -> bool:
         return False
     if (scratch / MANIFEST).exists():  # not yet in place: the old capture goes, the new one comes
         (out / MANIFEST).unlink(missing_ok=True)
-        for name in journal["remove"]:
-            inside(out, name, JOURNAL).unlink(missing_ok=True)
-        shutil.rmtree(out / REPORT_FOLDER, ignore_errors=True)
+        claims.remove(out, journal["remove"], JOURNAL)
         for i, (source, name) in enumerate(journal["moves"]):
             if (scratch / source).exists():
                 os.replace(scratch / source, inside(out, name, JOURNAL))

@@ -31,6 +31,15 @@ def inside(folder: Path, name: object, listed_in: str = MANIFEST) -> Path:
     return folder / text
 
 
+def below(folder: Path, name: object, listed_in: str) -> Path:
+    """``folder / name`` for a relative path (``report/3.png``) that ``listed_in`` gives, each of its parts
+    a name :func:`inside` takes."""
+    parts = str(name).split("/")
+    for part in parts:
+        inside(folder, part, listed_in)
+    return folder.joinpath(*parts)
+
+
 def entry_stem(entry: dict[str, Any]) -> str:
     """A ``tensors`` entry's tensor name: the safetensors key, else the file name without its suffix."""
     if entry.get("format") == "safetensors":

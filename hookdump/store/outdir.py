@@ -12,6 +12,7 @@ from typing import Any
 
 from ..digest import sha256
 from ..errors import InputError, UsageError
+from .claims import check_folder
 from .manifest import MANIFEST
 from .reader import read_manifest
 
@@ -37,13 +38,25 @@ def foreign_manifest(out: Path) -> str | None:
     return None
 
 
-def in_the_way(out: Path, layers: list[str], formats: tuple[str, ...], ours: list[str]) -> None:
+def in_the_way(
+    out: Path,
+    layers: list[str],
+    formats: tuple[str, ...],
+    ours: list[str],
+    pictures: bool = False,
+    command: str = "capture",
+) -> None:
     """Refuse, before any work, a file in ``out`` that this capture would write (a layer's file, the
-    safetensors files) and that ``ours`` (what the folder's hookdump manifest lists) does not name: it is
-    not hookdump's to replace. Other files (photos, notes) are no business of the capture."""
+    safetensors files, with ``pictures`` the PNGs ``--png`` draws) and that ``ours`` (what the folder's
+    hookdump records list: ``commit.owned``) does not name: it is not hookdump's to replace. Other files
+    (photos, notes) are no business of the capture."""
     suffix = r"(@\d+)?(\.in\d+|\.attn|\.out\d+)?(\.grad)?"
     named = "|".join(re.escape(layer) + suffix for layer in layers)
-    pattern = [rf"(?:{named})\.(?:{'|'.join(f for f in formats if f != 'safetensors')})"] if named else []
+    kinds = [f for f in formats if f != "safetensors"]
+    pattern = [rf"(?:{named})\.(?:{'|'.join(kinds)})"] if named and kinds else []
+    if pictures and layers:  # the names ``manifest.picture_name`` gives
+        drawn = "|".join(re.escape(layer.replace("/", "_")) + suffix for layer in layers)
+        pattern.append(rf"(?:{drawn})(\.img\d+)?(\.overlay|\.gradcam)?\.png")
     if "safetensors" in formats:
         pattern.append(r"tensors(-\d+-of-\d+)?\.safetensors|tensors\.safetensors\.index\.json")
     mine = set(ours)
@@ -54,8 +67,8 @@ def in_the_way(out: Path, layers: list[str], formats: tuple[str, ...], ours: lis
     for name in names:
         if name not in mine and re.fullmatch("|".join(pattern), name):
             raise UsageError(
-                f"`{out / name}` is in the way: this capture would write a file of that name, and no hookdump"
-                " manifest there lists it (hookdump replaces only files of its own captures).",
+                f"`{out / name}` is in the way: hookdump {command} would write a file of that name, and no"
+                " hookdump record there says hookdump wrote it (hookdump replaces only its own files).",
                 "Move it away, or choose another --out.",
             )
 
@@ -85,25 +98,7 @@ def read_progress(out: Path) -> dict[str, Any] | None:
 def check(out: Path, overwrite: bool, resume: bool) -> None:
     """Refuse, before any work, a folder this run may not write: a file, an unwritable place, a finished
     capture (without ``--overwrite``), an interrupted one (without ``--resume`` or ``--overwrite``)."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out `{out}` is a file, not a folder.", "Choose another --out.")
-    for i, part in enumerate(out.parts):  # `new/..`: making the folder would make `new` too, inside it
-        if part == ".." and not Path(*out.parts[:i]).exists():
-            raise UsageError(
-                f"--out `{out}` steps back (`..`) out of `{Path(*out.parts[:i])}`, which does not exist.",
-                f"Give the folder without the detour: --out {os.path.normpath(out)}",
-            )
-    parent = next(p for p in [out, *out.absolute().parents] if p.exists())
-    if not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise UsageError(
-            f"--out `{out}` cannot be created: `{parent}` is not a writable folder.", "Choose another --out."
-        )
-    if os.statvfs(parent).f_blocks == 0:  # /proc, /sys and their kind: no disk behind them
-        raise UsageError(
-            f"--out `{out}` cannot be written: `{parent}` is on a virtual file system (like /proc or /sys),"
-            " which holds no files.",
-            "Choose an --out on a disk (e.g. ./acts).",
-        )
+    check_folder(out, "--out")
     if overwrite and resume:
         raise UsageError("--overwrite starts again, --resume continues: not both.", "Keep one of them.")
     foreign = foreign_manifest(out)

@@ -110,8 +110,10 @@ class Writer:
         resume: bool = False,
         shard_bytes: int | None = None,
         needed: int | None = None,
+        command: str = "capture",
     ) -> None:
         self.out = out
+        self.command = command  # who writes (``merge`` too), as a refusal names it
         self.needed = needed  # bytes the capture writes in all (``budget.total``), for a full disk's message
         self.formats = formats
         # Streams that only become .npy files are not read back by this run: they bypass the page cache.
@@ -338,7 +340,7 @@ class Writer:
         if (scratch / SAFETENSORS_INDEX).is_file():
             moves[SAFETENSORS_INDEX] = SAFETENSORS_INDEX
         self._keep_scratch = True  # from here on, every batch is kept whatever happens
-        commit.check_free(self.out, list(moves.values()))
+        commit.check_free(self.out, list(moves.values()), self.command)
         with commit.signals_held() as came:  # a kill from here on leaves a state a rerun finishes
             commit.stage(self.out, moves, {**header, "tensors": [s.as_dict() for s in saved]})
             commit.kill_at("commit-staged")
