@@ -192,7 +192,7 @@ def test_a_swin_without_weights_or_processor(tmp_path: Path, chelsea: Path) -> N
     found = api.plan(["feat:0"], model=f"hf:{folder}", images=[str(chelsea)])
     assert any("ImageNet's defaults at the config's image_size" in n for n in found.notes)
     assert found.config["input_size"] == (3, 32, 32) and found.config["resize"] == 36
-    with pytest.raises(UsageError, match="this model has none"):
+    with pytest.raises(UsageError, match=f"takes the class token, and hf:{folder} has none"):
         api.plan(["encoder.layers.0.blocks.0"], model=f"hf:{folder}", images=[str(chelsea)], reduce="cls")
     _, said = sources.resolve(ModelSpec(f"hf:{folder}")).load()
     assert "weights: random init from --seed 0" in said[0]

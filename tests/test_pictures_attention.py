@@ -90,7 +90,7 @@ def test_register_tokens_without_a_class_token(cli, chelsea: Path, tmp_path) -> 
     for head, tile in tiles(cli, out, "blocks.0.attn.attn", "0:2", 16, 16).items():
         np.testing.assert_allclose(tile, levels(attention[head, 4:, 4:].mean(axis=0).reshape(16, 16)), atol=1)
     refused = cli("capture", chelsea, "-m", name, "-l", "blocks.0", "--reduce", "cls", "-o", tmp_path / "cls")
-    assert refused.exit_code == 2 and "no timm `cls_token`" in refused.stderr
+    assert refused.exit_code == 2 and f"takes the class token, and {name} has none" in refused.stderr
 
 
 def test_windowed_swin_attention_is_refused_with_the_reason(cli, chelsea: Path, tmp_path) -> None:

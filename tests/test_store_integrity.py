@@ -75,6 +75,26 @@ def test_an_interrupted_shard_resumes_to_the_bytes_of_an_uninterrupted_one(tmp_p
     _same_capture(out, tmp_path / "whole")
 
 
+# --- issue 35 item 9: killed before its first batch reached the disk ---------------------------------------
+
+
+def test_a_capture_killed_before_its_first_batch_starts_again_with_resume_or_without(tmp_path: Path) -> None:
+    photos = _photos(tmp_path / "p", 4)
+    args = ("capture", *TINY, photos, "--batch-size", "2")
+    assert hd(*args, "-o", tmp_path / "whole").returncode == 0
+    for how in ("--resume", None):
+        out = tmp_path / f"out{how}"
+        hd(*args, "-o", out, kill_at="started")
+        assert (out / ".hookdump-partial" / "run.json").is_file()  # the run's record, and no batch
+        done = hd(*args, "-o", out, *([how] if how else []))
+        assert done.returncode == 0, done.stderr
+        if how:
+            assert "note: --resume: the capture interrupted in" in done.stderr
+            assert "had written no batch yet: it starts from the first" in done.stderr
+        assert not (out / ".hookdump-partial").exists()
+        _same_capture(out, tmp_path / "whole")
+
+
 # --- item 4: a capture of zero images fails ---------------------------------------------------------------
 
 

@@ -30,16 +30,26 @@ def _identity(entry: dict[str, Any]) -> Any:
 
 
 def input_mismatch(a: Capture, b: Capture) -> str | None:
-    """Why the two captures did not see the same inputs in the same order, or None when they did."""
-    if len(a.inputs) != len(b.inputs):
-        return f"`{a.path}` holds {len(a.inputs)} input(s), `{b.path}` {len(b.inputs)}"
-    for i, (x, y) in enumerate(zip(a.inputs, b.inputs, strict=True)):
+    """Why the two captures did not see the same inputs in the same order, naming the first input that
+    differs on each side (or the first one side has beyond the other), or None when they did."""
+    for i, (x, y) in enumerate(zip(a.inputs, b.inputs, strict=False)):
         if _identity(x) != _identity(y):
-            return (
-                f"input {i} differs: {x.get('path', 'random input')} in `{a.path}`"
-                f" and {y.get('path', 'random input')} in `{b.path}` (sha256 or seed differ)"
-            )
-    return None
+            return f"input {i} differs: {_shown(x)} in `{a.path}`, {_shown(y)} in `{b.path}`"
+    if len(a.inputs) == len(b.inputs):
+        return None
+    longer = a if len(a.inputs) > len(b.inputs) else b
+    first = min(len(a.inputs), len(b.inputs))
+    return (
+        f"`{a.path}` holds {len(a.inputs)} input(s), `{b.path}` {len(b.inputs)}: the first {first} are the"
+        f" same, then `{longer.path}` has input {first}, {_shown(longer.inputs[first])}"
+    )
+
+
+def _shown(record: dict[str, Any]) -> str:
+    """An input as a message names it: its path and sha256, or the seed of a random input."""
+    if record.get("random"):
+        return f"a random input (seed {record.get('seed')})"
+    return f"{record.get('path')} (sha256 {str(record.get('sha256') or '?')[:12]}...)"
 
 
 def check_inputs(a: Capture, b: Capture, allow_different: bool, notes: list[str]) -> None:

@@ -55,9 +55,11 @@ def prefix_of(tensor: torch.Tensor, how: str, layout: tuple[int, int] | None) ->
     return layout[1] if tensor.shape[1] == layout[0] + layout[1] else 0
 
 
-def check(how: str, shapes: dict[str, list[list[int]]], class_token: bool = True) -> list[str]:
-    """Refuse ``cls`` where no tensor is a token map or the model has no class token (timm's
-    ``cls_token``); notes for tensors that stay as they are."""
+def check(
+    how: str, shapes: dict[str, list[list[int]]], class_token: bool = True, model: str = "this model"
+) -> list[str]:
+    """Refuse ``cls`` where no tensor is a token map or ``model`` has no class token (what each source
+    gives as ``cls_token``); notes for tensors that stay as they are."""
     if how not in REDUCTIONS:
         raise UsageError(f"--reduce `{how}` is not one of {', '.join(REDUCTIONS)}.", "Use --reduce mean.")
     if how == "none":
@@ -70,8 +72,8 @@ def check(how: str, shapes: dict[str, list[list[int]]], class_token: bool = True
         )
     if how == "cls" and not class_token:
         raise UsageError(
-            "--reduce cls takes the class token, and this model has none (no timm `cls_token`): its first"
-            " token is a patch or a register token.",
+            f"--reduce cls takes the class token, and {model} has none: its first token is a patch or a"
+            " register token.",
             "Use --reduce mean (or max) to pool the tokens.",
         )
     return [

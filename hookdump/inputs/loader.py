@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -14,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..errors import InputError
+from ..units import first_few
 from .images import open_image
 from .transforms import eval_transform, model_mode
 
@@ -54,14 +56,34 @@ class _Images(Dataset[tuple[int, torch.Tensor | None, str, str]]):
             return i, None, exc.message, exc.hint or ""
 
 
-_Collated = tuple[list[int], torch.Tensor | None, list[tuple[int, str, str]]]
+_Collated = tuple[
+    list[int], torch.Tensor | None, list[tuple[int, str, str]], list[tuple[int, tuple[int, ...]]]
+]
 
 
-def _collate(items: list[tuple[int, torch.Tensor | None, str, str]]) -> _Collated:
-    """Stack the decoded images (in the worker); keep the failures as (index, reason, hint)."""
+def _collate(items: list[tuple[int, torch.Tensor | None, str, str]], size: tuple[int, ...]) -> _Collated:
+    """Stack the decoded images (in the worker); keep the failures as (index, reason, hint), and the images
+    of another size than ``size`` (a caller's transform that fixes none) as (index, shape), unstacked."""
     good = [(i, t) for i, t, _, _ in items if t is not None]
-    stacked = torch.stack([t for _, t in good]) if good else None
-    return [i for i, _ in good], stacked, [(i, m, h) for i, t, m, h in items if t is None]
+    odd = [(i, tuple(t.shape)) for i, t in good if tuple(t.shape) != size]
+    stacked = torch.stack([t for _, t in good]) if good and not odd else None
+    return [i for i, _ in good], stacked, [(i, m, h) for i, t, m, h in items if t is None], odd
+
+
+def other_sizes(
+    paths: list[Path], first: Path, size: tuple[int, ...], odd: list[tuple[int, tuple[int, ...]]]
+) -> InputError:
+    """The transform made inputs of other sizes than the first input's: which had which."""
+    sizes: dict[tuple[int, ...], list[str]] = {}
+    for i, shape in odd:
+        sizes.setdefault(shape, []).append(f"`{paths[i]}`")
+    listed = "; ".join(f"{first_few(names)}: {shape}" for shape, names in sizes.items())
+    return InputError(
+        f"transform= made inputs of other sizes than the first (`{first}`: {size}): {listed}. hookdump stacks"
+        " the inputs into batches, and each layer's file holds one shape, so every input must have one size.",
+        "End the transform with a fixed size (e.g. Resize(256) then CenterCrop(224)); batch_size=1 does not"
+        " help: the run is planned, and each layer's file shaped, for the first input's size.",
+    )
 
 
 def batches(
@@ -78,18 +100,21 @@ def batches(
     An image that cannot be decoded stops the run (an InputError naming it) unless ``skip_bad``: then it is
     left out of its batch and reported in ``Batch.failed``.
     """
+    size = tuple(config["input_size"])
     loader = DataLoader(
         _Images(paths, config),
         batch_size=batch_size,
         shuffle=False,
         num_workers=workers,
-        collate_fn=_collate,
+        collate_fn=functools.partial(_collate, size=size),
         pin_memory=pin_memory,
         worker_init_fn=_leave_signals_to_the_main_process if workers else None,
     )
     iterator = iter(loader)
     try:
-        for kept, stacked, failures in iterator:
+        for kept, stacked, failures, odd in iterator:
+            if odd:
+                raise other_sizes(paths, paths[0], size, odd)
             if failures and not skip_bad:
                 _, message, hint = failures[0]
                 raise InputError(message, hint or None)

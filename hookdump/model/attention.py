@@ -14,9 +14,12 @@ sum to 1 (:func:`notes` says so).
 
 from __future__ import annotations
 
+import re
+
 from torch import nn
 
 from ..errors import LayerError
+from ..units import first_few
 from .hf_attention import FUSED
 from .layers import LayerTarget
 from .tree import ATTN_DROP as DROP
@@ -42,14 +45,41 @@ def targets(chosen: list[LayerTarget], inventory: Inventory, model_label: str) -
         if child is not None:
             found[child] = target.path
     if not found:
-        raise LayerError(
-            f"--attention: none of the layers asked for is an attention module of {model_label} whose"
-            f" attention weights can be captured (a module with an `{DROP}` child, as timm's Attention, or"
-            " an nn.Softmax child that outputs (N, heads, L, S) weights, as DaViT's WindowAttention).",
-            f"Ask for the attention modules themselves, e.g. -l 'blocks.*.attn'; `hookdump list-modules"
-            f" {model_label} --filter '**.{DROP}'` (or '**.softmax') lists where they are.",
-        )
+        raise _none_chosen(inventory, model_label)
     return found
+
+
+def _none_chosen(inventory: Inventory, model_label: str) -> LayerError:
+    """No chosen layer gives attention weights: the error names this model's modules that do (as a glob),
+    or, when none does, its attention modules and why their weights cannot be had."""
+    what = (
+        f"--attention: none of the layers asked for is an attention module of {model_label} whose attention"
+        f" weights can be captured (a module with an `{DROP}` child, as timm's Attention, or an nn.Softmax"
+        " child that outputs (N, heads, L, S) weights, as DaViT's WindowAttention)"
+    )
+    names = [m.name for m in inventory.modules if weights_child(m.name, inventory) is not None]
+    if names:
+        return LayerError(
+            f"{what}.",
+            f"Ask for its attention modules themselves: -l '{_glob(names)}' ({len(names)} of them:"
+            f" {first_few(names)}).",
+        )
+    others = [m for m in inventory.modules if m.type.lower().endswith("attention") and m.fires]
+    if not others:
+        return LayerError(f"{what}; it has no attention module at all.", "Drop --attention.")
+    kinds = ", ".join(sorted({m.type for m in others}))
+    return LayerError(
+        f"{what}. Its attention modules ({first_few([m.name for m in others])}: {kinds}) compute their"
+        " weights inside one fused call that no hook can see.",
+        f"Capture their outputs without --attention (-l '{_glob([m.name for m in others])}'), or use a timm"
+        " model of the same architecture, whose attention --attention unfuses.",
+    )
+
+
+def _glob(names: list[str]) -> str:
+    """One glob for module paths that differ only in their numbers (``blocks.*.attn``), else the first."""
+    globs = {re.sub(r"(?<=\.)\d+(?=\.|$)", "*", name) for name in names}
+    return globs.pop() if len(globs) == 1 else names[0]
 
 
 def weights_child(path: str, inventory: Inventory) -> str | None:

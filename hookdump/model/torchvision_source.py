@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -64,11 +65,21 @@ def resolve(spec: ModelSpec) -> ResolvedName:
     )
 
 
+#: The builders that warn (FutureWarning) when ``init_weights`` is left to its default, which is True today:
+#: given explicitly, the same weights come without torchvision's words on stderr.
+INIT_WEIGHTS = ("googlenet", "inception_v3")
+
+
 def _make(name: str, args: dict[str, Any]) -> Callable[[], nn.Module]:
+    if name in INIT_WEIGHTS:
+        args = {"init_weights": True, **args}
+
     def make() -> nn.Module:
         import torchvision
 
-        model: nn.Module = torchvision.models.get_model(name, weights=None, **args)
+        with warnings.catch_warnings():  # what the user must know is said in hookdump's notes
+            warnings.simplefilter("ignore", FutureWarning)
+            model: nn.Module = torchvision.models.get_model(name, weights=None, **args)
         return model
 
     return make

@@ -109,6 +109,8 @@ def check(out: Path, overwrite: bool, resume: bool) -> None:
         )
     manifest, progress = read_manifest(out), read_progress(out)
     finished = manifest is not None and manifest.get("complete", True) is not False
+    if resume and progress is None and not finished and nothing_written(out):
+        return  # killed before its first batch reached the disk: --resume starts from the first
     if resume and progress is None:
         why = (
             "its capture is finished"
@@ -128,6 +130,13 @@ def check(out: Path, overwrite: bool, resume: bool) -> None:
             f"`{out}` already holds a capture ({MANIFEST}).",
             "Pass --overwrite to replace it, or choose another --out.",
         )
+
+
+def nothing_written(out: Path) -> bool:
+    """Whether ``out`` holds a capture stopped (``kill -9``) before its first batch reached the disk: its
+    scratch folder has the run's record (``run.json``) and no checkpoint."""
+    scratch = out / SCRATCH
+    return (scratch / RUN).is_file() and not (scratch / PROGRESS).exists() and committing(out) is None
 
 
 def progress_text(progress: dict[str, Any]) -> str:

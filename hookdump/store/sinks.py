@@ -150,6 +150,12 @@ class Writer:
                     self.committed = True  # nothing left to do: the caller reads the manifest
                     return self
             outdir.check(self.out, self.overwrite, self.resume)  # again, now that no other run writes here
+            if self.resume and outdir.nothing_written(self.out):
+                self.resume = False
+                self.notes.append(
+                    f"--resume: the capture interrupted in {self.out} had written no batch yet: it starts"
+                    " from the first"
+                )
             if self.resume:
                 self._reopen()
             else:
@@ -221,6 +227,7 @@ class Writer:
         """What stays the same for the whole run (options, the inputs), written once, for --resume."""
         if self.resumed is None:
             commit.write_json(self.scratch / RUN, run)
+            commit.kill_at("started")
 
     def checkpoint(self, progress: dict[str, Any], classes: list[int], inputs: list[Path]) -> None:
         """After a batch reached the files: record it (``progress``: counts, recorder state; the sha256 of

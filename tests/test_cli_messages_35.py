@@ -1,0 +1,123 @@
+"""Issue 35's messages that pointed the wrong way (items 11, 13, 14), through the real console script: each
+names what the user has (that model's attention modules, its class token, the inputs that differ) and
+stderr holds hookdump's own words only."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import warnings
+from pathlib import Path
+
+import forkrun
+import numpy as np
+import pytest
+import torch
+import torchvision
+import transformers
+from conftest import SKIMAGE_DATA
+from test_cli_messages import paragraph
+from test_model_sources import torchvision_input
+
+
+def hd(tmp_path: Path, *args: object) -> subprocess.CompletedProcess[str]:
+    return forkrun.run(args, cwd=tmp_path)
+
+
+# --- 11: --attention and --reduce cls speak of the model in hand -----------------------------------------
+
+
+def test_attention_hint_names_the_models_own_attention_modules(tmp_path: Path, chelsea: Path) -> None:
+    done = hd(tmp_path, "capture", "-m", "vit_tiny_patch16_224", "--attention", "-l", "blocks.0", chelsea)
+    assert done.returncode == 3, done.stderr
+    paragraph(done.stderr, "none of the layers asked for", "-l 'blocks.*.attn' (12 of them: blocks.0.attn")
+    clip = ("capture", "-m", "open_clip:ViT-S-32", "--attention", "-l", "visual.transformer.resblocks.0")
+    done = hd(tmp_path, *clip, chelsea)
+    assert done.returncode == 3, done.stderr
+    text = paragraph(done.stderr, "visual.transformer.resblocks.0.attn, ", "MultiheadAttention", "fused call")
+    assert "-l 'visual.transformer.resblocks.*.attn'" in text and "blocks.*.attn'" not in text.split("(-l")[0]
+    assert not (tmp_path / "hookdump-out").exists()
+
+
+def test_reduce_cls_on_a_model_without_a_class_token_names_that_model(tmp_path: Path, chelsea: Path) -> None:
+    folder = tmp_path / "swin"
+    transformers.SwinConfig(
+        image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 2], window_size=4
+    ).save_pretrained(folder)
+    done = hd(
+        tmp_path,
+        "capture",
+        "-m",
+        f"hf:{folder}",
+        "-l",
+        "encoder.layers.0.blocks.0",
+        "--reduce",
+        "cls",
+        chelsea,
+    )
+    assert done.returncode == 2, done.stderr
+    text = paragraph(
+        done.stderr, f"--reduce cls takes the class token, and hf:{folder} has none", "--reduce mean"
+    )
+    assert "timm" not in text
+
+
+# --- 13: torchvision's FutureWarning stays off stderr, the weights as torchvision's default makes them -----
+
+
+@pytest.mark.parametrize(("name", "layer"), [("googlenet", "inception3a"), ("inception_v3", "Mixed_5b")])
+def test_tv_models_that_warn_keep_stderr_to_our_words(
+    tmp_path: Path, chelsea: Path, name: str, layer: str
+) -> None:
+    done = hd(tmp_path, "capture", "-m", f"tv:{name}", "-l", layer, chelsea, "-o", "out")
+    assert done.returncode == 0, done.stderr
+    assert all(line.startswith("note: ") for line in done.stderr.splitlines()), done.stderr
+    assert "Warning" not in done.stderr
+    if name != "googlenet":
+        return
+    torch.manual_seed(0)  # hookdump's --seed 0, and torchvision's default init (init_weights=None warns)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        model = torchvision.models.get_model(name, weights=None).eval()
+    kept: list[torch.Tensor] = []
+    handle = model.get_submodule(layer).register_forward_hook(
+        lambda m, a, out: kept.append(out.detach().clone())
+    )
+    try:
+        with torch.no_grad():
+            model(torchvision_input(chelsea))
+    finally:
+        handle.remove()
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / f"{layer}.npy"), kept[0].numpy())
+
+
+# --- 14: two captures of other inputs: the first input that differs, on each side --------------------------
+
+
+def test_compare_and_diff_name_the_first_input_that_differs(tmp_path: Path) -> None:
+    photos = tmp_path / "p"
+    photos.mkdir()
+    for name in ("chelsea.png", "coffee.png", "astronaut.png"):
+        shutil.copy(SKIMAGE_DATA / name, photos / name)
+    tiny = ("-m", "test_resnet", "--input-size", "3,32,32", "-l", "layer1", "-q")
+    runs = {"a": ("chelsea.png", "coffee.png"), "b": ("chelsea.png", "astronaut.png"), "c": ("chelsea.png",)}
+    for out, names in runs.items():
+        assert hd(tmp_path, "capture", *tiny, *[photos / n for n in names], "-o", out).returncode == 0
+    sha = {n: hashlib.sha256((photos / n).read_bytes()).hexdigest()[:12] for n in runs["b"] + ("coffee.png",)}
+    for command in ("compare", "diff"):
+        done = hd(tmp_path, command, "a", "b")
+        assert done.returncode == 4, done.stderr
+        paragraph(
+            done.stderr,
+            f"input 1 differs: {photos / 'coffee.png'} (sha256 {sha['coffee.png']}...) in `a`,",
+            f"{photos / 'astronaut.png'} (sha256 {sha['astronaut.png']}...) in `b`",
+            "--allow-different-inputs",
+        )
+        done = hd(tmp_path, command, "c", "a")
+        assert done.returncode == 4, done.stderr
+        paragraph(
+            done.stderr,
+            "`c` holds 1 input(s), `a` 2: the first 1 are the same, then `a` has input 1,",
+            f"{photos / 'coffee.png'} (sha256 {sha['coffee.png']}...)",
+        )
