@@ -195,7 +195,7 @@ def test_degenerate_maps_are_said_and_drawn_visibly(cli, tmp_path: Path) -> None
     np.save(tmp_path / "bad.npy", bad)
     result = cli("show", tmp_path / "bad.npy", "--json")
     assert (
-        "note: bad holds 1 NaN and 2 Inf value(s), drawn in magenta; the scaling ignores them"
+        "note: bad holds 1 NaN and 2 Inf of 24 values, drawn in magenta; the scaling ignores them"
         in result.stderr
     )
     meta = json.loads(result.stdout)

@@ -108,8 +108,8 @@ def test_nan_and_inf_are_counted_and_the_layer_named(cli, photos: Path, tmp_path
     assert result.exit_code == 0, result.stderr
     # per image: channel 0's first row (16 values) Inf, channel 1's first 3 values NaN; ReLU(-Inf) is 0
     notes = [
-        "spoil (output) holds 9 NaN and 48 Inf values of 3,072",
-        "act (output) holds 9 NaN and 45 Inf values of 3,072",
+        "spoil (output) holds 9 NaN and 48 Inf of 3,072 values",
+        "act (output) holds 9 NaN and 45 Inf of 3,072 values",
     ]
     assert [f"note: {n}" for n in notes] == result.stderr.splitlines()[-2:]  # at the end of the capture
     manifest = _manifest(out)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
+from ..store import nonfinite
 from ..store.reader import Capture, floats
 from .captures import check_inputs, open_capture, pair_names
 
@@ -38,6 +39,10 @@ class TensorDiff:
     cosine: float | None = None  # None when one side is all zeros (1 when both are)
     out_of_tolerance: float | None = None  # a fraction of the elements
     elements: int = 0
+    first_index: list[int] | None = None  # where the first element out of tolerance is
+    first_values: list[str] | None = None  # A's and B's value there ("nan", "inf", "0.25")
+    nonfinite_a: int = 0  # NaN and infinities in A's tensor (B's): counted, never compared away
+    nonfinite_b: int = 0
 
     @property
     def ok(self) -> bool:
@@ -69,7 +74,7 @@ class DiffResult:
         return {
             "a": str(self.a), "b": str(self.b), "atol": self.atol, "rtol": self.rtol,
             "differs": self.differs, "first_divergence": self.first_divergence, "order": self.order,
-            "tensors": [{k: _finite(v) for k, v in asdict(t).items()} for t in self.tensors],
+            "tensors": [nonfinite.safe(asdict(t)) for t in self.tensors],
             "only_a": self.only_a, "only_b": self.only_b, "notes": self.notes,
         }  # fmt: skip
 
@@ -100,14 +105,20 @@ class DiffResult:
             lines.append(
                 f"differ: {bad} of {len(self.tensors)} tensor(s) out of {tol}"
                 + (f", {sided} on one side only" if sided else "")
-                + (f"; first divergence: {self.first_divergence}" if self.first_divergence else "")
+                + (
+                    f"; first divergence: {self.first_divergence}{self._where()}"
+                    if self.first_divergence
+                    else ""
+                )
             )
         return "\n".join(lines)
 
-
-def _finite(x: Any) -> Any:
-    """JSON has no infinity: an error that is infinite (NaN or an infinity on one side only) is null."""
-    return None if isinstance(x, float) and not math.isfinite(x) else x
+    def _where(self) -> str:
+        """`` at (0, 3, 1, 2): nan vs 0.25``: the first element of the first divergence out of tolerance."""
+        first = next((t for t in self.tensors if t.name == self.first_divergence), None)
+        if first is None or first.first_index is None or first.first_values is None:
+            return ""
+        return f" at {tuple(first.first_index)}: {first.first_values[0]} vs {first.first_values[1]}"
 
 
 def _num(x: float | None, digits: int = 3) -> str:
@@ -152,6 +163,12 @@ def diff(
     if only_common and (only_a or only_b):
         notes.append(f"--only-common: {len(only_a) + len(only_b)} tensor(s) on one side only, not compared")
     tensors = [compare_tensor(left, name, right, other, atol, rtol, chunk) for name, other in pairs]
+    for t in tensors:  # NaN and Inf: named, whether or not they differ
+        if t.nonfinite_a or t.nonfinite_b:
+            notes.append(
+                f"{t.name} holds {t.nonfinite_a:,} NaN or Inf value(s) in `{a}` and {t.nonfinite_b:,} in"
+                f" `{b}` (the same non-finite value on both sides is equal; the cosine leaves them out)"
+            )
     ran, how = forward_order(left, right, pairs, notes)
     first = min((t.name for t in tensors if not t.ok), key=ran.__getitem__, default=None)
     return DiffResult(a, b, atol, rtol, tensors, only_a, only_b, only_common, first, notes, how)
@@ -190,31 +207,52 @@ def compare_tensor(
     size = int(xa.shape[0])
     max_abs = max_rel = 0.0
     dot = sq_a = sq_b = 0.0
-    bad = unequal = 0
-    for start in range(0, size, chunk):
-        va, vb = floats(xa[start : start + chunk], bf_a), floats(xb[start : start + chunk], bf_b)
-        equal = (va == vb) | (np.isnan(va) & np.isnan(vb))
-        gap = np.abs(va - vb)
-        gap[equal] = 0.0
-        gap[np.isnan(gap)] = np.inf  # NaN on one side only
-        scale = np.abs(vb)
-        infinite = ~equal & (np.isinf(va) | np.isinf(vb))
-        bad += int(np.count_nonzero(infinite | (gap > atol + rtol * scale)))
-        unequal += int(np.count_nonzero(~equal))
-        if gap.size:
-            max_abs = max(max_abs, float(gap.max()))
-            nonzero = scale > 0  # relative to |b| where b is not 0 (else it has no size)
-            if nonzero.any():
-                max_rel = max(max_rel, float((gap[nonzero] / scale[nonzero]).max()))
-        finite = np.isfinite(va) & np.isfinite(vb)
-        fa, fb = va[finite], vb[finite]
-        dot += float(fa @ fb)
-        sq_a += float(fa @ fa)
-        sq_b += float(fb @ fb)
+    bad = unequal = both = 0
+    first: int | None = None
+    with np.errstate(all="ignore"):  # inf - inf, 0 / 0: handled below, never printed
+        for start in range(0, size, chunk):
+            va, vb = floats(xa[start : start + chunk], bf_a), floats(xb[start : start + chunk], bf_b)
+            equal = (va == vb) | (np.isnan(va) & np.isnan(vb))
+            gap = np.abs(va - vb)
+            gap[equal] = 0.0
+            gap[np.isnan(gap)] = np.inf  # NaN on one side only, or +Inf against -Inf
+            scale = np.abs(vb)
+            out = ~equal & (np.isinf(gap) | (gap > atol + rtol * scale))
+            if first is None and out.any():
+                first = start + int(np.argmax(out))
+            bad += int(np.count_nonzero(out))
+            unequal += int(np.count_nonzero(~equal))
+            if gap.size:
+                max_abs = max(max_abs, float(gap.max()))
+                rel = np.where(np.isinf(gap), np.inf, gap / np.where(scale > 0, scale, 1.0))
+                rel[(scale == 0) & ~np.isinf(gap)] = 0.0  # relative to |b| where b is not 0 (else no size)
+                max_rel = max(max_rel, float(rel.max()))
+            finite = np.isfinite(va) & np.isfinite(vb)
+            record.nonfinite_a += int(np.count_nonzero(~np.isfinite(va)))
+            record.nonfinite_b += int(np.count_nonzero(~np.isfinite(vb)))
+            both += int(np.count_nonzero(finite))
+            fa, fb = va[finite], vb[finite]
+            dot += float(fa @ fb)
+            sq_a += float(fa @ fa)
+            sq_b += float(fb @ fb)
     record.elements = size
     record.max_abs, record.max_rel = max_abs, max_rel
-    norm = math.sqrt(sq_a) * math.sqrt(sq_b)
-    record.cosine = dot / norm if norm > 0 else (1.0 if sq_a == sq_b == 0 else None)  # a zero: undefined
+    record.cosine = _cosine(dot, sq_a, sq_b, finite_any=both > 0 or size == 0)
     record.out_of_tolerance = bad / size if size else 0.0
     record.status = "same" if unequal == 0 else "close" if bad == 0 else "differs"
+    if first is not None:
+        record.first_index = [int(i) for i in np.unravel_index(first, tuple(record.shape_a))]
+        pair = floats(xa[first : first + 1], bf_a), floats(xb[first : first + 1], bf_b)
+        record.first_values = [f"{float(v[0]):.6g}" for v in pair]
     return record
+
+
+def _cosine(dot: float, sq_a: float, sq_b: float, finite_any: bool) -> float | None:
+    """The cosine of the elements finite on both sides, in [-1, 1]; 1 when both are all zeros; None when
+    it is not defined (no such element, or a zero side)."""
+    if not finite_any:
+        return None
+    norm = math.sqrt(sq_a) * math.sqrt(sq_b)
+    if norm > 0:
+        return max(-1.0, min(1.0, dot / norm))
+    return 1.0 if sq_a == sq_b == 0 else None

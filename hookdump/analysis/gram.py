@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
+from ..store import nonfinite
 from ..store.reader import Capture, floats
 from ..units import human_bytes
 
@@ -44,10 +45,13 @@ def gram_of(array: np.ndarray[Any, Any], bfloat16: bool = False, chunk: int = CH
     step = max(1, chunk // max(n, 1))
     for start in range(0, features, step):
         block = floats(x[:, start : start + step], bfloat16)
-        if not np.isfinite(block).all():
+        if not np.isfinite(block).all():  # counted whole, to say how many: never compared away
+            found = nonfinite.Count()
+            for begin in range(0, features, step):
+                found.add(floats(x[:, begin : begin + step], bfloat16))
             raise UsageError(
-                f"{what or 'The tensor'} holds NaN or Inf values: its similarity is not defined.",
-                "Leave it out with --layers (hookdump stats shows which tensors hold them).",
+                f"{what or 'The tensor'} holds {found.text()}: its similarity is not defined.",
+                "Leave it out with --layers (hookdump stats counts them in every tensor).",
             )
         matrix += block @ block.T
         sums += block.sum(axis=1)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..digest import sha256
+from ..store import nonfinite
 from ..store.manifest import MANIFEST
 
 COMPARE_FOLDER = "compare"  # compare's default --out, inside A
@@ -39,7 +40,7 @@ def result_writer(
     sha256 of each capture's manifest (``a_manifest_sha256``, ...) it was made from (the caller's claim on
     the folder stages it)."""
     shas = {f"{k}_manifest_sha256": None if v is None else manifest_sha256(v) for k, v in captures.items()}
-    text = json.dumps({KIND: kind, **record, **shas}, indent=1) + "\n"
+    text = json.dumps(nonfinite.safe({KIND: kind, **record, **shas}), indent=1, allow_nan=False) + "\n"
     return lambda path: path.write_text(text, encoding="utf-8")
 
 

@@ -22,6 +22,7 @@ from ..pictures.windows import not_per_image
 from ..store import claims
 from ..store.reader import Capture
 from ..store.tensorfile import Loaded, load
+from ..units import first_few
 from .captures import open_capture
 from .results import TOP_FOLDER, TOP_JSON, result_writer
 
@@ -36,6 +37,7 @@ class ChannelTop:
     channel: int
     inputs: list[dict[str, Any]]
     png: Path | None = None
+    excluded: list[dict[str, Any]] = field(default_factory=list)  # NaN or infinite scores: not ranked
 
 
 @dataclass
@@ -52,7 +54,10 @@ class TopResult:
         return {
             "out": str(self.out), "layer": self.layer, "by": self.by, "k": self.k,
             "channels": [
-                {"channel": c.channel, "top": c.inputs, "png": None if c.png is None else str(c.png)}
+                {
+                    "channel": c.channel, "top": c.inputs, "png": None if c.png is None else str(c.png),
+                    "excluded": c.excluded,
+                }
                 for c in self.channels
             ],
             "notes": self.notes, "record": None if self.record is None else str(self.record),
@@ -119,7 +124,8 @@ def _top(
     writing: claims.Claim | None,
 ) -> TopResult:
     """Rank, then (``writing``) stage a contact sheet per channel and ``top.json``."""
-    best_value, best_index = _running_top(loaded, picked, k, by, vector)
+    excluded: dict[int, list[int]] = {}
+    best_value, best_index = _running_top(loaded, picked, k, by, vector, excluded)
     notes = [f"-k {k}: the capture holds {loaded.count} inputs"] if k > loaded.count else []
     if vector:
         reduced = ((loaded.manifest or {}).get("options") or {}).get("reduce")
@@ -135,16 +141,33 @@ def _top(
         chosen = [
             {"index": int(i), "input": _name(inputs, int(i)), "value": float(v)}
             for v, i in zip(best_value[row], best_index[row], strict=True)
+            if np.isfinite(v)
         ]
-        record = ChannelTop(c, chosen)
-        if writing is not None:
+        left_out = [{"index": i, "input": _name(inputs, i)} for i in excluded.get(c, [])]
+        record = ChannelTop(c, chosen, excluded=left_out)
+        if writing is not None and chosen:  # no finite score, no sheet: the note says why
             record.png = writing.stage(f"channel-{c}.png", _sheet(loaded, c, chosen, by, vector))
         result.append(record)
+    notes += _excluded_note(layer, by, result)
     found = TopResult(capture.path, layer, by, k, result, notes)
     if writing is not None:
         found.record = writing.path(TOP_JSON)
         writing.stage(TOP_JSON, result_writer("top", found.as_dict(), {"out": capture.path}))
     return found
+
+
+def _excluded_note(layer: str, by: str, channels: list[ChannelTop]) -> list[str]:
+    """What was left out of the ranking for a score that is NaN or infinite, channel by channel."""
+    hit = [c for c in channels if c.excluded]
+    if not hit:
+        return []
+    inputs = list(dict.fromkeys(i["input"] for c in hit for i in c.excluded))
+    score = "value" if by == "value" else f"{by} of the map"
+    return [
+        f"{len(inputs)} input(s) left out of the ranking of {len(hit)} channel(s) of {layer}"
+        f" ({first_few([str(c.channel) for c in hit])}): their {score} is NaN or infinite"
+        f" ({first_few(inputs)}); the JSON's `excluded` lists them per channel"
+    ]
 
 
 def _name(inputs: list[dict[str, Any]], i: int) -> str:
@@ -172,10 +195,11 @@ def _one_value_per_channel(loaded: Loaded) -> bool:
 
 
 def _running_top(
-    loaded: Loaded, picked: list[int], k: int, by: str, vector: bool
+    loaded: Loaded, picked: list[int], k: int, by: str, vector: bool, excluded: dict[int, list[int]]
 ) -> tuple[np.ndarray[Any, Any], ...]:
-    """One pass over the inputs: the best ``k`` (value, input index) per channel, ties to the first input;
-    ``vector``: each channel's value is the entry itself."""
+    """One pass over the inputs: the best ``k`` (value, input index) per channel, ties to the first input
+    (a slot no finite score filled holds -inf); ``vector``: each channel's value is the entry itself. An
+    input whose score is NaN or infinite is not ranked in that channel: ``excluded[channel]`` lists it."""
     rows = np.array(picked)
     value = np.full((len(picked), 0), -np.inf)
     index = np.zeros((len(picked), 0), np.int64)
@@ -186,8 +210,11 @@ def _running_top(
             score = loaded.image(i)[rows].astype(np.float64)
         else:
             maps = feature_maps(loaded, i).maps[rows].reshape(len(picked), -1).astype(np.float64)
-            score = maps.max(axis=1) if by == "max" else maps.mean(axis=1)
-        batch.append(np.where(np.isnan(score), -np.inf, score))
+            with np.errstate(all="ignore"):  # inf - inf in a mean: NaN, said below
+                score = maps.max(axis=1) if by == "max" else maps.mean(axis=1)
+        for row in np.flatnonzero(~np.isfinite(score)):  # not ranked: said, never dropped silently
+            excluded.setdefault(picked[row], []).append(i)
+        batch.append(np.where(np.isfinite(score), score, -np.inf))
         if len(batch) == 256 or i == loaded.count - 1:
             scores = np.stack(batch, axis=1)
             value = np.concatenate([value, scores], axis=1)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from ..store import nonfinite
 from ..store.stats import summary_cells
 from ..units import human_bytes
 
@@ -267,4 +268,5 @@ def result(found: Any, json_out: bool) -> None:
 
 
 def as_json(data: Any) -> str:
-    return json.dumps(data, indent=2)
+    """Valid JSON always: a float that is not finite is null (``store.nonfinite``; notes say which)."""
+    return json.dumps(nonfinite.safe(data), indent=2, allow_nan=False)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import NoMap, UsageError
+from ..store import nonfinite
 from ..store.tensorfile import Array, Loaded
 from .attnmaps import check_global, head_maps
 from .windows import not_per_image, unwindow
@@ -130,14 +131,6 @@ def to_unit(values: Array, axes: tuple[int, ...] | None) -> tuple[Array, Array, 
     return unit.astype(np.float32), low, high, flat
 
 
-def nonfinite(values: Array) -> tuple[int, int]:
-    """How many NaN and how many +-Inf ``values`` hold."""
-    return int(np.isnan(values).sum()), int(np.isinf(values).sum())
-
-
 def describe_nonfinite(name: str, values: Array, how: str) -> list[str]:
     """A note when ``values`` hold NaN or Inf, saying how they are drawn."""
-    nan, inf = nonfinite(values)
-    if not nan and not inf:
-        return []
-    return [f"{name} holds {nan} NaN and {inf} Inf value(s), {how}."]
+    return nonfinite.note(name, nonfinite.count(values), how)

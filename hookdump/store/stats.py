@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from . import nonfinite
 from .reader import Capture
 
 CHUNK_ELEMENTS = 1 << 22  # rows are read about this many values at a time (16 MB of float32)
@@ -148,9 +149,10 @@ def of(rows: Any) -> dict[str, Any]:
 def nonfinite_notes(items: Iterable[tuple[str, str, Accumulator | None]]) -> list[str]:
     """For each ``(name, kind, accumulator)`` that met NaN or Inf: a note naming it."""
     return [
-        f"{name} ({kind}) holds {acc.nan:,} NaN and {acc.inf:,} Inf values of {acc.count:,}"
+        line
         for name, kind, acc in items
-        if acc is not None and (acc.nan or acc.inf)
+        if acc is not None
+        for line in nonfinite.note(f"{name} ({kind})", nonfinite.Count(acc.nan, acc.inf, acc.count))
     ]
 
 

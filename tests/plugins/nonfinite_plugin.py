@@ -33,3 +33,41 @@ class NonFinite(nn.Module):
 @register_model
 def nonfinite_net(pretrained=False, **kwargs):
     return NonFinite()
+
+
+class Scaled(nn.Module):
+    """``conv``, then ``bad``: its input times ``factor`` (NaN, an infinity, or a number)."""
+
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 2, 3, padding=1)
+        self.factor = factor
+        self.bad = nn.Identity()
+
+    def forward(self, x):
+        return self.bad(self.conv(x) * self.factor)
+
+
+@register_model
+def nan_net(pretrained=False, **kwargs):
+    return Scaled(float("nan"))
+
+
+@register_model
+def inf_net(pretrained=False, **kwargs):
+    return Scaled(float("inf"))
+
+
+@register_model
+def neginf_net(pretrained=False, **kwargs):
+    return Scaled(float("-inf"))
+
+
+@register_model
+def fine_net(pretrained=False, **kwargs):
+    return Scaled(1.0)
+
+
+@register_model
+def double_net(pretrained=False, **kwargs):
+    return Scaled(2.0)
