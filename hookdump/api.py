@@ -15,7 +15,7 @@ from . import units
 from .analysis.diff import DiffResult, diff
 from .analysis.similarity import Similarity, compare
 from .analysis.top import TopResult, top
-from .capture import budget, header, parallel, reduce, run
+from .capture import budget, header, parallel, reduce, run, scores
 from .capture.options import CaptureOptions
 from .capture.results import CapturePlan, CaptureResult, ModuleTree, from_manifest
 from .capture.runner import DTYPES
@@ -216,6 +216,8 @@ def plan(
     )
     resolved: list[str] = []  # what each feat:K became
     targets = layers.resolve(list(layer_specs), found, name.requested, resolved)
+    if opts.grad:  # the run's own check of the scores, on the traced output: --dry-run says the same
+        scores.check(found.returns, opts.target, name.requested, found.returns_plain)
     outdir.check_file_names([t.path for t in targets], opts.formats)
     outdir.in_the_way(opts.out, [t.path for t in targets], opts.formats, commit.owned(opts.out), opts.png)
     tree = ModuleTree(name.requested, name.timm_name, found, name.notes + found.notes)

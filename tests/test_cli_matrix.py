@@ -596,7 +596,7 @@ ROWS = [
             ("seed-negative", ("--seed", "-1"), ("--seed -1 is out of range", "2**64 - 1")),
             ("seed-absurd", ("--seed", str(2**64)), (f"--seed {2**64} is out of range",)),
             ("target-negative", ("--target", "-1", "--grad"), ("--target -1 is negative",)),
-            ("target-absurd", ("--target", str(10**30), "--grad"), ("is not a class of this model", "0 ...")),
+            ("target-absurd", ("--target", str(10**30), "--grad"), ("not a class of test_resnet", "0 ...")),
             ("shard-size-0", ("--shard-size", "0", "--format", "safetensors"), ("`0` is not a size",)),
             ("shard-size-negative", ("--shard-size", "-1", "--format", "safetensors"), ("`-1` is not",)),
             ("shard-size-malformed", ("--shard-size", "1TBB", "--format", "safetensors"), ("`1TBB` is not",)),

@@ -10,12 +10,13 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from ..errors import LayerError, UsageError
+from ..errors import LayerError
 from ..model.layers import LayerTarget, call_out_of_range
-from ..model.outputs import leaves
+from ..model.outputs import leaves, tensor_shapes
 from ..model.tree import is_container
 from ..store import profile
 from ..store.records import Captured, Key, key_from_json
+from . import scores
 from .reduce import prefix_of
 from .reduce import reduce as pool
 
@@ -280,7 +281,7 @@ class Recorder:
                 break
         self._deferred.clear()
         self._check_fired(model_label)
-        return self._backward(output, target) if self.grad else []
+        return self._backward(output, target, model_label) if self.grad else []
 
     def _settle(self) -> bool:
         """After a pass: each tensor kept by reference (``_store``, a key that an earlier pass saw and that
@@ -300,19 +301,10 @@ class Recorder:
         profile.add("copy", start)
         return True
 
-    def _backward(self, output: Any, target: int | None) -> list[int]:
-        if not isinstance(output, torch.Tensor) or output.dim() != 2:
-            raise LayerError(
-                "--grad needs the model to return class scores of shape (batch, classes).",
-                "Drop --grad for this model, or capture without gradients.",
-            )
-        if target is not None and target >= output.shape[1]:
-            raise UsageError(
-                f"--target {target} is not a class of this model.",
-                f"It scores {output.shape[1]} classes: use 0 ... {output.shape[1] - 1}.",
-            )
+    def _backward(self, output: Any, target: int | None, model_label: str) -> list[int]:
+        scores.check(tensor_shapes(output), target, model_label, isinstance(output, torch.Tensor))
         classes = output.argmax(dim=1) if target is None else torch.full_like(output[:, 0], target).long()
-        output.gather(1, classes[:, None]).sum().backward()  # type: ignore[no-untyped-call]
+        output.gather(1, classes[:, None]).sum().backward()
         return [int(c) for c in classes]
 
     def _check_fired(self, model_label: str) -> None:

@@ -79,7 +79,7 @@ def trace(model: nn.Module, input_size: tuple[int, ...], device: torch.device | 
     try:
         model.eval()
         with torch.no_grad(), fast:
-            model(torch.zeros((1, *input_size), device=device))
+            returned = model(torch.zeros((1, *input_size), device=device))
     finally:
         for handle in handles:
             handle.remove()
@@ -90,6 +90,8 @@ def trace(model: nn.Module, input_size: tuple[int, ...], device: torch.device | 
         info.input_shapes = in_shapes.get(info.name, [])
         info.finished = finished.get(info.name)
     inventory.traced_on = torch.device(device).type
+    inventory.returns = tensor_shapes(returned)
+    inventory.returns_plain = isinstance(returned, torch.Tensor)
     featlevels.mark(inventory)  # again, now that output shapes tell each level's layout
     return inventory
 

@@ -124,6 +124,8 @@ class Inventory:
     notes: list[str] = field(default_factory=list)
     feature_info: list[dict[str, Any]] | None = None  # the model's own, as timm declares it
     levels: list[FeatureLevel] = field(default_factory=list)  # feature_info resolved (featlevels)
+    returns: list[list[int]] | None = None  # the shapes of what the model itself returns (traced), batch 1
+    returns_plain: bool = True  # ... a tensor, not a tuple or dict of them
 
     def __post_init__(self) -> None:
         self._by_name = {m.name: m for m in self.modules}
