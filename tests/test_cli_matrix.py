@@ -379,7 +379,7 @@ ROWS = [
         3, ("asks for call 3, but layer1.0.act1 runs 1 time(s)", "use layer1.0.act1")),
     Row("attention-without-attention",
         _capture("-l", "layer1", "--attention", "--random-input", *INTO),
-        3, ("--attention: none of the layers", "blocks.*.attn")),
+        3, ("--attention: none of the layers", "has no attention module at all", "Drop --attention")),
     Row("feat-out-of-range",
         _capture("-l", "feat:9", "--random-input", *INTO),
         3, ("`feat:9`: test_resnet has 5 feature levels", "feat:-1")),
