@@ -22,9 +22,11 @@ from .capture.runner import DTYPES
 from .errors import UsageError, check_choice
 from .inputs import files, transforms
 from .inputs.files import InputSpec
-from .model import attention, build, inventory, layers, layouts, module_source, sources
-from .model.build import ModelSpec
+from .model import attention, inventory, layers, layouts, sources
+from .model.device import resolve_device
 from .model.sources import Source
+from .model.sources import module as module_source
+from .model.spec import DEFAULT_MODEL, ModelSpec
 from .pictures.draw import capture_pictures
 from .store import commit, outdir, sinks
 from .store.lock import check_free
@@ -56,7 +58,7 @@ __all__ = [
 
 
 def list_modules(
-    model: Model = build.DEFAULT_MODEL,
+    model: Model = DEFAULT_MODEL,
     *,
     input_size: tuple[int, int, int] | None = None,
     shapes: bool = True,
@@ -158,7 +160,7 @@ def _data_config(
 def plan(
     layer_specs: list[str] | tuple[str, ...],
     *,
-    model: Model = build.DEFAULT_MODEL,
+    model: Model = DEFAULT_MODEL,
     images: InputSpec | list[str] | tuple[str, ...] | None = None,
     input_size: tuple[int, int, int] | None = None,
     options: CaptureOptions | None = None,
@@ -186,7 +188,7 @@ def plan(
     size = source.input_size if source is not None else input_size
     origin = sources.resolve(spec)
     name = origin.name
-    build.resolve_device(opts.device)
+    resolve_device(opts.device)
     unfused: list[int] = []  # --attention: how many modules ran fused attention
 
     def prepared(model: torch.nn.Module) -> torch.nn.Module:
@@ -235,7 +237,7 @@ def plan(
         targets += [layers.LayerTarget(drop) for drop in drops]
         save_as = {drop: (owner, "attn") for drop, owner in drops.items()}
         notes += attention.notes(drops, found)
-        notes.append(attention.summary(typed, max(unfused, default=0), drops))
+        notes.append(origin.attention(typed, max(unfused, default=0), drops))
     if opts.target is not None and not opts.grad:
         notes.append(f"--target {opts.target} is ignored without --grad (no gradient is computed)")
     record = {}
@@ -306,7 +308,7 @@ def capture(
     images: InputSpec | list[str] | tuple[str, ...],
     layer_specs: list[str] | tuple[str, ...],
     *,
-    model: Model = build.DEFAULT_MODEL,
+    model: Model = DEFAULT_MODEL,
     options: CaptureOptions | None = None,
     on_batch: Callable[[int, int, int], None] | None = None,
     transform: Transform | None = None,

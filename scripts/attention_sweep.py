@@ -67,7 +67,7 @@ def check(args: tuple[str, str, int]) -> dict[str, Any]:
     name, module_file, timeout = args
     from hookdump.inputs import transforms as inputs
     from hookdump.model import attention, inventory, tree
-    from hookdump.model import build as models
+    from hookdump.model.sources.timm import create as models
 
     started = time.perf_counter()
     signal.signal(signal.SIGALRM, _alarm)

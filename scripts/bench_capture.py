@@ -28,8 +28,8 @@ import timm
 import torch
 
 from hookdump.capture.recorder import Recorder
-from hookdump.model import build as models
 from hookdump.model import inventory, layers
+from hookdump.model.sources.timm import create as models
 
 MODEL, LAYER = "twins_svt_large", "pos_block.0.proj.0"
 

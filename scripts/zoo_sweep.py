@@ -29,8 +29,8 @@ def check(args: tuple[str, int]) -> dict[str, Any]:
     """One architecture: build on meta, trace on meta. Never raises."""
     name, timeout = args
     from hookdump.inputs import transforms as inputs
-    from hookdump.model import build as models
     from hookdump.model import inventory
+    from hookdump.model.sources.timm import create as models
 
     started = time.perf_counter()
     signal.signal(signal.SIGALRM, _alarm)

@@ -185,6 +185,59 @@ def test_every_module_lives_in_a_wing_or_at_the_ground() -> None:
         )
 
 
+SOURCES = "hookdump.model.sources"
+
+
+def core_imports_a_source(found: list[Import]) -> list[str]:
+    """Each import of a model source (``model/sources/``) by the model wing's core (``model/*.py``), which
+    serves every source and so names none."""
+    return [
+        f"{_where(i)} ({i.source}) imports {i.target}"
+        for i in found
+        if i.source.startswith("hookdump.model.") and not i.source.startswith(SOURCES)
+        and i.target.startswith(SOURCES)
+    ]  # fmt: skip
+
+
+def test_the_model_core_imports_no_source() -> None:
+    bad = core_imports_a_source(imports(PACKAGE))
+    assert not bad, "the model wing's core imports a source (model/sources/):\n" + "\n".join(bad)
+
+
+def test_every_registered_source_gives_the_whole_interface() -> None:
+    """Each source in the registry has its prefix and ``source(spec) -> Source``; the registry holds every
+    module (or package) of ``model/sources/`` and nothing else; ``Source`` asks each for every part."""
+    import inspect
+    from dataclasses import MISSING, fields
+
+    from hookdump.model import sources
+    from hookdump.model.sources.base import Source
+
+    folder = PACKAGE / "model" / "sources"
+    found = {p.stem for p in folder.glob("*.py")} | {
+        p.name for p in folder.iterdir() if (p / "__init__.py").is_file()
+    }
+    assert {m.__name__.rsplit(".", 1)[1] for m in sources.SOURCES.values()} == found - {"__init__", "base"}
+    for prefix, module in sources.SOURCES.items():
+        assert prefix == module.PREFIX and isinstance(prefix, str), module.__name__
+        signature = inspect.signature(module.source)
+        assert list(signature.parameters) == ["spec"] and signature.return_annotation == "Source", module
+    assert list(sources.SOURCES)[-1] == "", "timm (plain names) is tried last"
+    required = [f.name for f in fields(Source) if f.default is MISSING and f.default_factory is MISSING]
+    assert required == ["name", "build_meta", "load", "check_weights", "preprocess"]
+    assert {f.name for f in fields(Source)} == {*required, "record", "rerun", "attention"}
+
+
+def test_the_source_check_catches_a_core_module_that_imports_a_source(tmp_path: Path) -> None:
+    copy = tmp_path / "hookdump"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "data"))
+    layers = copy / "model" / "layers.py"
+    layers.write_text(layers.read_text() + "\nfrom .sources.hf import load  # added\n")
+    assert [b.split(" (")[0] for b in core_imports_a_source(imports(copy))] == [
+        f"hookdump/model/layers.py:{len(layers.read_text().splitlines())}"
+    ]
+
+
 def test_the_checks_catch_a_bad_import_and_a_cycle(tmp_path: Path) -> None:
     """The checks above fail on a copy of the package with an upward import and a cycle added."""
     copy = tmp_path / "hookdump"

@@ -43,7 +43,7 @@ def test_capture_keys_from_the_real_command() -> None:
     from hookdump.capture.header import options_record
     from hookdump.capture.options import CaptureOptions
     from hookdump.inputs.files import InputSpec
-    from hookdump.model.build import ModelSpec
+    from hookdump.model.spec import ModelSpec
 
     recorded = options_record(InputSpec(), [], ModelSpec(), CaptureOptions(compile=True))
     assert set(recorded) <= set(keys), set(recorded) - set(keys)

@@ -15,7 +15,7 @@ import timm
 import torch
 from safetensors.torch import save_file
 
-from hookdump.model.build import ALIASES
+from hookdump.model.sources.timm.names import ALIASES
 
 
 @pytest.mark.parametrize("alias", sorted(ALIASES))

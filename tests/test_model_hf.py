@@ -23,8 +23,9 @@ pytestmark = pytest.mark.model_source
 from hookdump import api  # noqa: E402
 from hookdump.errors import InputError, LayerError, UsageError  # noqa: E402
 from hookdump.inputs.transforms import eval_transform, fixed_config  # noqa: E402
-from hookdump.model import attention, hf_transform, sources  # noqa: E402
-from hookdump.model.build import ModelSpec  # noqa: E402
+from hookdump.model import attention, sources  # noqa: E402
+from hookdump.model.sources.hf import transform as hf_transform  # noqa: E402
+from hookdump.model.spec import ModelSpec  # noqa: E402
 
 PHOTOS = ("chelsea.png", "coffee.png")
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}

@@ -15,8 +15,9 @@ import timm
 import torch
 
 from hookdump import api
-from hookdump.model import build as models
-from hookdump.model.build import ModelSpec
+from hookdump.model.sources.timm import create as models
+from hookdump.model.sources.timm.names import resolve_name
+from hookdump.model.spec import ModelSpec
 
 JSON_KEYS = {
     "name", "type", "params", "calls", "fires", "container", "output_shapes", "depth", "children", "reason",
@@ -154,7 +155,7 @@ def test_model_that_cannot_run_on_meta_falls_back_to_cpu(cli, plugins: Path) -> 
 
 def test_the_model_is_built_once_on_meta(plugins: Path) -> None:
     spec = ModelSpec("counted_lenet", (str(plugins / "meta_unfriendly_plugin.py"),))
-    models.resolve_name(spec)
+    resolve_name(spec)
     builds = sys.modules["hookdump_plugin_meta_unfriendly_plugin"].BUILDS
     builds.clear()
     tree = api.list_modules(spec, input_size=None)

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.model_source
 
 from hookdump import api  # noqa: E402
 from hookdump.errors import LayerError, UsageError  # noqa: E402
-from hookdump.model.build import ModelSpec  # noqa: E402
+from hookdump.model.spec import ModelSpec  # noqa: E402
 
 ARCH = "ViT-S-32"
 MODEL = f"open_clip:{ARCH}"

@@ -30,7 +30,8 @@ from torchvision.models.feature_extraction import create_feature_extractor
 from hookdump import api
 from hookdump.errors import HookdumpError, InputError, LayerError, UsageError
 from hookdump.inputs.transforms import eval_transform
-from hookdump.model import module_source, torchvision_source
+from hookdump.model.sources import module as module_source
+from hookdump.model.sources import tv as torchvision_source
 
 pytestmark = pytest.mark.model_source
 # the layers of the shared capture: a module called twice (@0, @1), a glob, a leaf, the pool and the head

@@ -15,8 +15,11 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from hookdump.errors import InputError
-from hookdump.model import build as models
-from hookdump.model.build import ModelSpec
+from hookdump.model.checkpoints import read_checkpoint
+from hookdump.model.sources.timm import create as models
+from hookdump.model.sources.timm.plugins import import_plugins
+from hookdump.model.spec import ModelSpec
+from hookdump.model.weights import check_hookable
 
 PLUGIN = Path(__file__).parent / "plugins" / "startup_plugin.py"
 
@@ -53,7 +56,7 @@ def _reference(name: str, path: Path) -> nn.Module:
     """What --checkpoint gave before: a normal build (its init from --seed 0), then a strict load over it."""
     torch.manual_seed(ModelSpec().seed)
     model = timm.create_model(name)
-    model.load_state_dict(models.read_checkpoint(path), strict=True)
+    model.load_state_dict(read_checkpoint(path), strict=True)
     return model.eval()
 
 
@@ -114,7 +117,7 @@ def test_random_weights_still_come_from_the_seed(name: str) -> None:
 
 
 def _plugin() -> Any:
-    models.import_plugins((str(PLUGIN),))
+    import_plugins((str(PLUGIN),))
     return sys.modules["hookdump_plugin_startup_plugin"]
 
 
@@ -164,4 +167,4 @@ def test_data_parallel_is_refused_with_the_fix(cli, tmp_path: Path) -> None:
 def test_distributed_data_parallel_is_refused() -> None:
     wrapped = nn.parallel.DistributedDataParallel.__new__(nn.parallel.DistributedDataParallel)
     with pytest.raises(InputError, match="wrapped in DistributedDataParallel"):
-        models.check_hookable(wrapped, "ddp_net")
+        check_hookable(wrapped, "ddp_net")

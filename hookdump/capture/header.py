@@ -19,7 +19,7 @@ from ..version import __version__
 
 if TYPE_CHECKING:  # types only: the header is built by a run that has them all loaded
     from ..inputs.files import InputSpec
-    from ..model.build import ModelSpec, ResolvedName
+    from ..model.spec import ModelSpec, ResolvedName
     from .options import CaptureOptions
 
 

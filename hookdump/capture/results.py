@@ -10,8 +10,8 @@ from typing import Any
 import torch
 
 from ..inputs.files import InputSpec
-from ..model.build import ModelSpec
 from ..model.layers import LayerTarget
+from ..model.spec import ModelSpec
 from ..model.tree import Inventory, ModuleInfo
 from ..store.sinks import SavedTensor
 from .options import CaptureOptions

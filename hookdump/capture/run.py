@@ -18,7 +18,9 @@ from ..errors import Interrupted
 from ..inputs import files, loader
 from ..inputs.files import frame_notes, random_batch, skipped_note
 from ..inputs.files import records as input_records
-from ..model import build, layouts
+from ..model import layouts
+from ..model.device import resolve_device
+from ..model.spec import ResolvedName
 from ..store import manifest, profile, sinks
 from ..store.reader import finished_manifest
 from ..store.records import Captured, Key
@@ -40,8 +42,8 @@ def run(
     """Capture what ``found`` planned; see ``api.capture``."""
     opts, spec, source = found.options, found.spec, found.source
     assert source is not None and found.load is not None
-    name = build.ResolvedName(found.tree.requested, found.tree.timm_name)
-    torch_device = build.resolve_device(opts.device)
+    name = ResolvedName(found.tree.requested, found.tree.timm_name)
+    torch_device = resolve_device(opts.device)
     shard_bytes = units.parse_size(opts.shard_size) if opts.shard_size else None
     options_record = header.options_record(source, list(layer_specs), spec, opts, found.rerun)
     input_list = [str(p) for p in found.paths]
@@ -250,7 +252,7 @@ def _batches(found: CapturePlan, done: int) -> Generator[loader.Batch, None, Non
         return
     rest = found.paths[done * opts.batch_size :]
     workers = loader.default_workers(len(rest), opts.batch_size) if opts.workers is None else opts.workers
-    pin = build.resolve_device(opts.device).type == "cuda"
+    pin = resolve_device(opts.device).type == "cuda"
     yield from loader.batches(rest, found.config, opts.batch_size, workers, opts.skip_bad, pin)
 
 

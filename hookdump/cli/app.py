@@ -44,7 +44,7 @@ def _root(
 def _model_spec(name: str | None, imports: list[str] | None, args: list[str] | None, **weights: Any) -> Any:
     # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
     from ..model.args import parse_model_args
-    from ..model.build import DEFAULT_MODEL, ModelSpec
+    from ..model.spec import DEFAULT_MODEL, ModelSpec
 
     return ModelSpec(
         name or DEFAULT_MODEL, tuple(imports or ()), name_given=name is not None,

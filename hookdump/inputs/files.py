@@ -14,7 +14,7 @@ import torch
 
 from ..digest import sha256
 from ..errors import InputError, UsageError
-from ..model.build import ALIASES
+from ..model.sources.timm.names import ALIASES
 from ..units import first_few
 from .images import check_image, describe, open_image
 from .transforms import model_mode

@@ -20,7 +20,6 @@ from torch import nn
 
 from ..errors import LayerError
 from ..units import first_few
-from .hf_attention import FUSED
 from .layers import LayerTarget
 from .tree import ATTN_DROP as DROP
 from .tree import Inventory
@@ -114,19 +113,3 @@ def notes(found: dict[str, str], inventory: Inventory) -> list[str]:
                 " itself is computed inside the module and is never a tensor a hook can see)"
             )
     return said
-
-
-def summary(model: nn.Module, unfused: int, found: dict[str, str]) -> str:
-    """What ``--attention`` did: timm's modules all run unfused; an ``hf:`` model's hooked layers alone run
-    transformers' eager path (the others keep SDPA)."""
-    saved = f"the weights of {len(found)} attention module(s) are saved as <module>.attn"
-    if any(getattr(m, FUSED, None) is not None for m in model.modules()):
-        return (
-            f"--attention: the {len(found)} hooked attention module(s) run transformers' eager path (the same"
-            f" math, step by step), the model's other {max(unfused - len(found), 0)} keep their fused one;"
-            f" {saved}"
-        )
-    return (
-        f"--attention: fused attention turned off in {unfused} module(s) (the same math, step by step); "
-        + saved
-    )

@@ -8,7 +8,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from ..errors import InputError
+from ....errors import InputError
 
 
 def import_plugins(specs: tuple[str, ...]) -> list[str]:

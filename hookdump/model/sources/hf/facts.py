@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import hf_attention
-from .featlevels import MAX_PREFIX_TOKENS
+from ...featlevels import MAX_PREFIX_TOKENS
+from . import attention as hf_attention
 
 CLASS_TOKENS = ("cls_token", "class_embedding")  # ViT / DeiT / DINOv2 / BEiT; CLIP
 

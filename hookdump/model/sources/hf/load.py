@@ -12,12 +12,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..digest import sha256
-from ..errors import InputError, UsageError
-from . import hf_facts, hf_transform, hub
-from .build import ModelSpec, ResolvedName, build_uninitialised, check_hookable, load_checkpoint
-from .build import check_weights as check_common
-from .hf_model import HFModel, transformers_module
+from ....digest import sha256
+from ....errors import InputError, UsageError
+from ... import hub
+from ...spec import ModelSpec, ResolvedName
+from ...weights import build_uninitialised, check_hookable, load_checkpoint
+from ...weights import check_weights as check_common
+from . import facts as hf_facts
+from . import transform as hf_transform
+from .model import HFModel, transformers_module
 
 PREFIX = "hf:"
 

@@ -15,12 +15,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import InputError, did_you_mean
-from . import featlevels
-from .args import format_model_args
-from .build import ModelSpec, ResolvedName, build_uninitialised, check_hookable, load_checkpoint
-from .checkpoints import check_fits
-from .meta import SkipValueWrites
+from ...errors import InputError, did_you_mean
+from .. import featlevels
+from ..args import format_model_args
+from ..checkpoints import check_fits
+from ..meta import SkipValueWrites
+from ..spec import ModelSpec, ResolvedName
+from ..weights import build_uninitialised, check_hookable, check_weights, load_checkpoint, random_note
+from .base import Source
 
 PREFIX = "tv:"
 
@@ -145,10 +147,7 @@ def load(spec: ModelSpec) -> tuple[nn.Module, list[str]]:
         check_fits(state, model, Path(where), spec.name)
         model.load_state_dict(state, strict=True)
         return model, [f"weights: torchvision {weights} ({where})"]
-    return model, [
-        f"weights: random init from --seed {spec.seed} (pass --checkpoint PATH or --pretrained for trained"
-        " weights)"
-    ]
+    return model, [random_note(spec.seed)]
 
 
 def default_weights(spec: ModelSpec) -> Any:
@@ -214,3 +213,17 @@ def transform(spec: ModelSpec) -> tuple[dict[str, Any], list[str]]:
         "crop_mode": "center",
         "from": f"torchvision {weights}.transforms()",
     }, []
+
+
+def source(spec: ModelSpec) -> Source:
+    name = resolve(spec)
+    weights = str(default_weights(spec)) if spec.pretrained else None
+    return Source(
+        name,
+        build_meta=lambda: build_meta(spec),
+        load=lambda: load(spec),
+        check_weights=lambda meta: check_weights(spec, meta, spec.name),
+        preprocess=lambda needed: transform(spec),
+        record={"source": "torchvision", "torchvision_name": spec.name[len(PREFIX) :], "weights": weights},
+        rerun=spec.name,
+    )

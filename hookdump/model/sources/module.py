@@ -15,8 +15,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import InputError, UsageError
-from .build import ModelSpec, check_hookable
+from ...errors import InputError, UsageError
+from ..spec import ModelSpec, ResolvedName
+from ..weights import check_hookable
+from ..weights import check_weights as check_common
+from .base import Source
 
 PREFIX = "module:"
 
@@ -130,4 +133,37 @@ def require_preprocessing(spec: ModelSpec, needed: tuple[str, ...]) -> None:
         " transforms.Compose([Resize(256), CenterCrop(224), ToTensor(), Normalize(mean, std)])), or set"
         " module.pretrained_cfg = {'input_size': (3, 224, 224), 'mean': (...), 'std': (...)} as timm models"
         f" have it{alone}.",
+    )
+
+
+def source(spec: ModelSpec) -> Source:
+    """A caller's module (``spec.module``); a ``module:`` name without one (a manifest's, on the command
+    line) cannot be built."""
+    module = spec.module
+    if module is None:
+        raise InputError(
+            f"Model `{spec.name}` names a Python nn.Module that a capture was made from through the API: the"
+            " command line cannot build it.",
+            "Pass the module itself: hookdump.api.capture(images, layers, model=module).",
+        )
+    digest = state_digest(module)
+    klass = class_name(module)
+    shown = transform_digest(spec.transform)  # --resume refuses another transform
+
+    def preprocess(needed: tuple[str, ...]) -> tuple[dict[str, Any] | None, list[str]]:
+        require_preprocessing(spec, needed)
+        return None, []
+
+    def weights_fit(meta: nn.Module | None) -> None:
+        check_weights(spec)
+        check_common(spec, None, spec.name)  # the seed's range, as for every source
+
+    return Source(
+        ResolvedName(spec.name, None, []),
+        build_meta=lambda: meta_copy(module),
+        load=lambda: (real_copy(module, spec.name), [f"weights: the module's own ({klass})"]),
+        check_weights=weights_fit,
+        preprocess=preprocess,
+        record={"source": "module", "class": klass, "state_dict_sha256": digest, "transform_sha256": shown},
+        rerun=f"{spec.name}@sha256:{digest[:16]}" + (f"+transform@sha256:{shown[:16]}" if shown else ""),
     )

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .tree import ATTN_DROP
+from ...tree import ATTN_DROP
 
 _DISPATCHES: dict[type, bool] = {}  # whether a class's forward picks its path from the config
 FUSED = "hookdump_fused_path"  # the module's own implementation (sdpa, ...), kept on the module

@@ -18,11 +18,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import InputError, UsageError, did_you_mean
-from . import extras, featlevels
-from .build import ModelSpec, ResolvedName, build_uninitialised, check_hookable, check_weights
-from .checkpoints import check_fits, read_checkpoint
-from .meta import SkipValueWrites
+from ...errors import InputError, UsageError, did_you_mean
+from .. import extras, featlevels
+from ..checkpoints import check_fits, read_checkpoint
+from ..meta import SkipValueWrites
+from ..spec import ModelSpec, ResolvedName
+from ..weights import build_uninitialised, check_hookable, check_weights
+from .base import Source
 
 PREFIX = "open_clip:"
 TOWER = "visual"
@@ -296,3 +298,16 @@ def checkpoint_fits(found: OpenCLIPModel, meta: nn.Module | None) -> None:
     if spec.checkpoint is not None and meta is not None:
         state, _ = tower_state(read_checkpoint(spec.checkpoint, meta=True), meta)
         check_fits(state, meta, Path(spec.checkpoint), spec.name)
+
+
+def source(spec: ModelSpec) -> Source:
+    found = resolve(spec)
+    return Source(
+        name(found),
+        build_meta=lambda: build_meta(found),
+        load=lambda: load(found),
+        check_weights=lambda meta: checkpoint_fits(found, meta),
+        preprocess=lambda needed: data_config(found),
+        record=record(found),
+        rerun=spec.name,
+    )

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import InputError
-from .hf_model import HFModel, transformers_module
+from ....errors import InputError
+from .model import HFModel, transformers_module
 
 #: PIL's resampling filters (transformers' ``resample``) by the names timm and torchvision take.
 RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}

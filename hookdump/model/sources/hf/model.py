@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import extras, hub
-from .build import ModelSpec
+from ... import extras, hub
+from ...spec import ModelSpec
 
 if TYPE_CHECKING:
-    from .hf_facts import Facts
+    from .facts import Facts
 
 
 def transformers_module() -> Any:
