@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,25 +10,21 @@ from typing import Any, TypeVar
 
 import torch
 
-from . import units
 from .analysis.diff import DiffResult, diff
 from .analysis.similarity import Similarity, compare
 from .analysis.top import TopResult, top
-from .capture import budget, header, parallel, reduce, run, scores
+from .capture import budget, checks, header, parallel, reduce, run, scores
 from .capture.options import CaptureOptions
 from .capture.results import CapturePlan, CaptureResult, ModuleTree, from_manifest
-from .capture.runner import DTYPES
-from .errors import UsageError, check_choice
+from .errors import UsageError
 from .inputs import files, transforms
 from .inputs.files import InputSpec
 from .model import attention, inventory, layers, layouts, sources
 from .model.device import resolve_device
-from .model.sources import Source
 from .model.sources import module as module_source
 from .model.spec import DEFAULT_MODEL, ModelSpec
 from .pictures.draw import capture_pictures
 from .store import commit, outdir, sinks
-from .store.lock import check_free
 from .store.reader import finished_manifest
 
 T = TypeVar("T")
@@ -91,7 +86,9 @@ def list_modules(
     build_real = _once(lambda: source.load()[0])
     size = input_size
     if size is None:
-        config, _ = _data_config(source, spec, build_meta, build_real, None, [], ("input size",))
+        config, _ = transforms.eval_config(
+            source.preprocess, spec, build_meta, build_real, None, [], ("input size",)
+        )
         size = config["input_size"]
     found = inventory.take(build_meta, build_real, size, shapes=shapes, size_given=input_size is not None)
     shown = layers.select(found, depth, pattern, leaves, name.requested)
@@ -133,30 +130,6 @@ def _or_none(build: Callable[[], torch.nn.Module]) -> torch.nn.Module | None:
         return None
 
 
-def _data_config(
-    source: Source,
-    spec: ModelSpec,
-    build_meta: Callable[[], torch.nn.Module],
-    build_real: Callable[[], torch.nn.Module],
-    size: tuple[int, int, int] | None,
-    paths: list[Path],
-    needed: tuple[str, ...],
-) -> tuple[dict[str, Any], list[str]]:
-    """The eval transform as a data config, in order: the caller's ``transform``, the source's own
-    (torchvision's), timm's data config of the model (its ``pretrained_cfg``); and notes about it.
-    ``needed``: what a caller's module must say when it has no transform (``input size``, ``mean``, ...)."""
-    if spec.transform is not None:
-        return transforms.callable_config(spec.transform, paths, size), []
-    given, notes = source.preprocess(needed)
-    if given is not None:
-        return transforms.fixed_config(given, size), notes
-    try:
-        module = build_meta()
-    except Exception:
-        module = build_real()
-    return transforms.data_config(module, size), notes
-
-
 def plan(
     layer_specs: list[str] | tuple[str, ...],
     *,
@@ -182,7 +155,7 @@ def plan(
     """
     opts = dataclasses.replace(options or CaptureOptions(), **option_values)
     opts = dataclasses.replace(opts, out=Path(opts.out), formats=sinks.parse_formats(opts.formats))
-    _check_options(opts)
+    checks.check_options(opts)
     spec = _model_spec(model, transform)
     source = images if isinstance(images, InputSpec) or images is None else InputSpec(paths=tuple(images))
     size = source.input_size if source is not None else input_size
@@ -210,8 +183,8 @@ def plan(
     )
     pixels = ("mean", "std") if source is not None and not source.random else ()
     must_say = (() if size is not None else ("input size",)) + pixels  # what a module of yours must say
-    config, transform_notes = _data_config(
-        origin, spec, build_meta, lambda: load_real()[0], size, paths, must_say
+    config, transform_notes = transforms.eval_config(
+        origin.preprocess, spec, build_meta, lambda: load_real()[0], size, paths, must_say
     )
     found = inventory.take(
         build_meta, lambda: load_real()[0], config["input_size"], size_given=size is not None
@@ -246,7 +219,7 @@ def plan(
     shard = None
     if opts.shard is not None and source is not None:
         total = len(paths)
-        paths, shard = _shard(paths, source, opts, record)
+        paths, shard = parallel.shard_of(paths, source, opts, record)
         first, last = shard["first_row"], shard["first_row"] + shard["rows"]  # its own skipped files only
         skipped = [s for s, k in zip(skipped, where, strict=True) if first <= k < last or k == last == total]
     progress = outdir.read_progress(opts.out) if opts.resume and source is not None else None
@@ -273,31 +246,6 @@ def _with_model(
     loaded: tuple[torch.nn.Module, list[str]], prepare: Callable[[torch.nn.Module], torch.nn.Module]
 ) -> tuple[torch.nn.Module, list[str]]:
     return prepare(loaded[0]), loaded[1]
-
-
-def _shard(
-    paths: list[Path], source: InputSpec, opts: CaptureOptions, record: dict[str, Any]
-) -> tuple[list[Path], dict[str, Any]]:
-    """``--shard I/N``: this shard's whole batches of the inputs, and what the manifest says of it."""
-    index, count = parallel.parse_shard(opts.shard or "")
-    if source.random:
-        raise UsageError("--shard splits image inputs; --random-input is one.", "Drop --shard.")
-    first, last = parallel.shard_rows(len(paths), opts.batch_size, index, count)
-    if first == last:
-        batches = -(-len(paths) // opts.batch_size)
-        raise UsageError(
-            f"--shard {opts.shard} gets no batch: {len(paths)} input(s) make {batches} batch(es) of"
-            f" {opts.batch_size}.",
-            "Use fewer shards, or a smaller --batch-size.",
-        )
-    run_id = parallel.run_id(record, [str(p) for p in paths])
-    return paths[first:last], {
-        "index": index,
-        "count": count,
-        "first_row": first,
-        "rows": last - first,
-        "run": run_id,
-    }
 
 
 def _bytes_in(folder: Path) -> int:
@@ -363,47 +311,3 @@ def _capture_on_ranks(found: CapturePlan, layer_specs: list[str], started: float
     merged = parallel.capture_on_ranks(run_shard, opts, max(shards, 1))
     data = finished_manifest(opts.out)
     return from_manifest(opts.out, data, time.perf_counter() - started, merged.tensors if merged else None)
-
-
-#: The largest --batch-size taken: far beyond any memory, below the sizes Python's own indexing refuses.
-MAX_BATCH = 1 << 20
-
-
-def _check_options(opts: CaptureOptions) -> None:
-    """Every option on its own and against the others, and the output folder, before any work."""
-    check_choice("--what", opts.what, ("output", "input", "both"))
-    check_choice("--dtype", opts.dtype, tuple(DTYPES))
-    check_choice("--reduce", opts.reduce, reduce.REDUCTIONS)
-    sinks.check_save_dtype(
-        opts.save_dtype, opts.formats, {torch.bfloat16} if opts.dtype == "bfloat16" else set()
-    )
-    if opts.batch_size < 1:
-        raise UsageError(f"--batch-size {opts.batch_size} is not positive.", "Use 1 or more.")
-    if opts.batch_size > MAX_BATCH:
-        raise UsageError(
-            f"--batch-size {opts.batch_size} is more images than one forward pass can hold.",
-            f"Use at most {MAX_BATCH} (a few dozen is usual; out of memory says to use fewer).",
-        )
-    if opts.workers is not None and opts.workers < 0:
-        raise UsageError(f"--workers {opts.workers} is negative.", "Use 0 (decode in process) or more.")
-    if opts.workers is not None and opts.workers > (most := max(64, 4 * (os.cpu_count() or 1))):
-        raise UsageError(
-            f"--workers {opts.workers} is more decoding processes than this machine can use.",
-            f"Use at most {most}, or leave --workers out for a number that suits the machine.",
-        )
-    if opts.compile and opts.grad:
-        raise UsageError(
-            "--compile and --grad: hookdump compiles the forward pass only.",
-            "Drop --compile to capture gradients (or --grad to compile).",
-        )
-    if opts.target is not None and opts.target < 0:
-        raise UsageError(f"--target {opts.target} is negative.", "Give a class index, 0 or more.")
-    if opts.shard_size is not None:
-        units.parse_size(opts.shard_size)
-    if opts.shard is not None:
-        parallel.parse_shard(opts.shard)
-    check_free(opts.out)  # a folder another run is writing says so, whatever it holds
-    if parallel.check_ranks(opts.out, opts.overwrite, opts.resume):  # each rank resumes its own folder
-        outdir.check(opts.out, overwrite=True, resume=False)  # the folder itself: writable, on a disk
-    else:
-        outdir.check(opts.out, opts.overwrite, opts.resume)

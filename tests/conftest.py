@@ -147,7 +147,7 @@ def resumed_and_sharded(model: Any, photos: Any, layer: str, folder: Path) -> di
     first batch (Ctrl-C) then ``resume``d, and two shards (``0/2``, ``1/2``) joined by ``merge``; each
     checked to be whole, for a comparison with an uninterrupted capture."""
     from hookdump import api
-    from hookdump.capture import parallel
+    from hookdump.capture.merge import merge
 
     def stop(done: int, total: int, written: int) -> None:
         raise KeyboardInterrupt
@@ -164,5 +164,5 @@ def resumed_and_sharded(model: Any, photos: Any, layer: str, folder: Path) -> di
     shards = [folder / f"shard{i}" for i in range(2)]
     for i, shard in enumerate(shards):
         api.capture(photos, [layer], out=shard, shard=f"{i}/2", **options)
-    parallel.merge(shards, folder / "merged")
+    merge(shards, folder / "merged")
     return {how: np.load(folder / how / f"{layer}.npy") for how in ("resumed", "merged")}

@@ -306,7 +306,7 @@ def test_a_resumed_gradient_capture_keeps_every_images_class(
 
 
 def test_batches_are_written_behind_the_forward_in_order_and_errors_surface() -> None:
-    from hookdump.capture.run import Behind
+    from hookdump.capture.behind import Behind
 
     done: list[int] = []
     behind = Behind(done.append)

@@ -220,6 +220,7 @@ def matrix_stall_net(pretrained=False, **kwargs):
 
 if PHASE:  # hookdump's own steps, slowed where they are looked up (decoding in the DataLoader worker too)
     import hookdump.inputs.loader
+    import hookdump.store.saved
     import hookdump.store.sinks
 
     def _slowed(owner, name, phase):
@@ -233,7 +234,7 @@ if PHASE:  # hookdump's own steps, slowed where they are looked up (decoding in 
 
     _slowed(hookdump.inputs.loader, "open_image", "decode")
     _slowed(hookdump.store.sinks.Writer, "append", "write")
-    _slowed(hookdump.store.sinks, "write_pt", "commit")
+    _slowed(hookdump.store.saved, "write_pt", "commit")
 '''
 
 

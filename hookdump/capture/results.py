@@ -13,7 +13,7 @@ from ..inputs.files import InputSpec
 from ..model.layers import LayerTarget
 from ..model.spec import ModelSpec
 from ..model.tree import Inventory, ModuleInfo
-from ..store.sinks import SavedTensor
+from ..store.saved import SavedTensor
 from .options import CaptureOptions
 
 

@@ -3,9 +3,7 @@ an interruption that keeps what reached the disk, and the files and manifest at 
 
 from __future__ import annotations
 
-import queue
 import shutil
-import threading
 import time
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -25,6 +23,7 @@ from ..store import manifest, profile, sinks
 from ..store.reader import finished_manifest
 from ..store.records import Captured, Key
 from . import header, parallel
+from .behind import Behind
 from .compiled import Compiled
 from .options import CaptureOptions
 from .recorder import Recorder
@@ -162,44 +161,6 @@ def run(
         classes=state.classes,
         skipped=state.skipped,
     )
-
-
-class Behind:
-    """Runs ``work(item)`` on a thread, in order, at most ``depth`` items behind the caller, so that a batch
-    is written while the next one goes through the model. An error in the thread is raised at the next
-    ``put`` or at ``close``."""
-
-    _STOP = object()
-
-    def __init__(self, work: Callable[[Any], None], depth: int = 1) -> None:
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._loop, args=(work,), name="hookdump-writer", daemon=True)
-        self._thread.start()
-
-    def _loop(self, work: Callable[[Any], None]) -> None:
-        while (item := self._queue.get()) is not self._STOP:
-            if self._error is None:  # after an error, items are taken and dropped: the caller never blocks
-                try:
-                    work(item)
-                except BaseException as exc:
-                    self._error = exc
-
-    def put(self, item: Any) -> None:
-        self._raise()
-        self._queue.put(item)
-
-    def close(self, errors: bool = True) -> None:
-        """Wait until every item put is done (idempotent); ``errors``: raise the thread's error, if any."""
-        if self._thread.is_alive():
-            self._queue.put(self._STOP)
-            self._thread.join()
-        if errors:
-            self._raise()
-
-    def _raise(self) -> None:
-        if self._error is not None:
-            raise self._error
 
 
 class _RunState:

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
-import os
 import signal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from .. import digest
 from ..errors import Interrupted, UsageError
 from ..version import __version__
-from . import after, process, shell
-from .options import ConfigOpt, ImportOpt, InputSizeOpt, JsonOpt, ModelArgOpt, ModelOpt, PrintConfigOpt
+from . import after, capture, process, shell
+from .options import (
+    ConfigOpt,
+    ImportOpt,
+    InputSizeOpt,
+    JsonOpt,
+    ModelArgOpt,
+    ModelOpt,
+    PrintConfigOpt,
+    size_of,
+    spec_of,
+)
 
 app = typer.Typer(
     cls=shell.Group,
@@ -39,24 +47,6 @@ def _root(
     ] = False,
 ) -> None:
     """See inside timm vision models: list hookable modules, capture layer activations to files."""
-
-
-def _model_spec(name: str | None, imports: list[str] | None, args: list[str] | None, **weights: Any) -> Any:
-    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
-    from ..model.args import parse_model_args
-    from ..model.spec import DEFAULT_MODEL, ModelSpec
-
-    return ModelSpec(
-        name or DEFAULT_MODEL, tuple(imports or ()), name_given=name is not None,
-        model_args=parse_model_args(args or []), **weights,
-    )  # fmt: skip
-
-
-def _input_size(text: str | None) -> tuple[int, int, int] | None:
-    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
-    from ..inputs.files import parse_input_size
-
-    return parse_input_size(text) if text else None
 
 
 @app.command("list-modules")
@@ -93,7 +83,7 @@ def list_modules(
         return shell.print_config(ctx, model=model_name or model)
     with shell.user_output_to_stderr(json_out):
         tree = api.list_modules(
-            _model_spec(model_name or model, imports, model_arg), input_size=_input_size(input_size),
+            spec_of(model_name or model, imports, model_arg), input_size=size_of(input_size),
             shapes=not no_shapes, depth=depth, pattern=pattern, leaves=leaves,
         )  # fmt: skip
     render.notes(tree.notes)
@@ -103,128 +93,7 @@ def list_modules(
         render.print_tree(tree)
 
 
-@app.command()
-def capture(
-    ctx: typer.Context,
-    images: Annotated[
-        list[str] | None, typer.Argument(help="Image files, folders (recursive), globs or @list.txt.")
-    ] = None,
-    layer: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--layer",
-            "-l",
-            help="pos_block.3.proj.0, pos_block[3].proj[0], blocks.*.*.attn, re:REGEX, LAYER@k. Repeatable.",
-        ),
-    ] = None,
-    model: ModelOpt = None,
-    imports: ImportOpt = None,
-    model_arg: ModelArgOpt = None,
-    checkpoint: Annotated[
-        Path | None, typer.Option(help=".safetensors or .pth weights, loaded strictly.")
-    ] = None,
-    pretrained: Annotated[
-        bool, typer.Option("--pretrained", help="timm's pretrained weights (tv:NAME: torchvision's DEFAULT).")
-    ] = False,
-    sample: Annotated[bool, typer.Option("--sample", help="Use the photo bundled with hookdump.")] = False,
-    random_input: Annotated[bool, typer.Option("--random-input", help="One seeded random input.")] = False,
-    seed: Annotated[int, typer.Option(help="Seed of random weights and of --random-input.")] = 0,
-    input_size: InputSizeOpt = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("hookdump-out"),
-    fmt: Annotated[str, typer.Option("--format", help="npy, pt, safetensors; comma-separated.")] = "npy",
-    what: Annotated[str, typer.Option(help="output, input or both.")] = "output",
-    grad: Annotated[bool, typer.Option("--grad", help="Also save gradients of the outputs.")] = False,
-    target: Annotated[int | None, typer.Option(help="Class for --grad (default: top class).")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16 (autocast).")] = "float32",
-    channels_last: Annotated[
-        bool, typer.Option("--channels-last", help="channels_last memory format.")
-    ] = False,
-    save_dtype: Annotated[
-        str, typer.Option(help="float32, float16, bfloat16 (not .npy), or keep (as computed).")
-    ] = "float32",
-    batch_size: Annotated[int, typer.Option(help="Images per forward pass.")] = 16,
-    workers: Annotated[
-        int | None, typer.Option(help="Image-decoding processes (0: in process; default: by the machine).")
-    ] = None,
-    reduce: Annotated[
-        str, typer.Option(help="Pool each map at capture time: none, mean, max (over space or tokens), cls.")
-    ] = "none",
-    shard_size: Annotated[
-        str | None,
-        typer.Option(help="Safetensors shards of at most this size (2GB, 500MB); default one file."),
-    ] = None,
-    skip_bad: Annotated[
-        bool, typer.Option("--skip-bad", help="Record unreadable images in the manifest and go on.")
-    ] = False,
-    early_stop: Annotated[
-        bool,
-        typer.Option(
-            "--early-stop/--no-early-stop", help="Stop the forward once every wanted layer has run."
-        ),
-    ] = True,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be hooked and exit.")] = False,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace a capture (or an interrupted one) in --out.")
-    ] = False,
-    resume: Annotated[
-        bool, typer.Option("--resume", help="Continue the interrupted capture in --out (same options).")
-    ] = False,
-    shard: Annotated[
-        str | None, typer.Option(help="I/N: capture shard I of N of the inputs (whole batches); see merge.")
-    ] = None,
-    attention: Annotated[
-        bool, typer.Option("--attention", help="Unfuse timm attention; save each attention module's weights.")
-    ] = False,
-    compile_model: Annotated[
-        bool,
-        typer.Option(
-            "--compile",
-            help="torch.compile the hooked model (pays from a few thousand photos on a CPU; see the docs).",
-        ),
-    ] = False,
-    png: Annotated[
-        bool, typer.Option("--png", help="Draw each tensor's grid (and heat map over the photo) beside it.")
-    ] = False,
-    json_out: JsonOpt = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
-    config: ConfigOpt = None,
-    print_config: PrintConfigOpt = False,
-) -> None:
-    """Hook layers, run images through the model in eval mode, write every captured tensor to files."""
-    if not (dry_run or print_config):  # hashed for the manifest on the idle core while torch and timm import
-        digest.prefetch(checkpoint)
-    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
-    from .. import api
-    from ..inputs import files
-    from . import progress, render
-
-    if print_config:
-        return shell.print_config(ctx)
-    spec = _model_spec(model, imports, model_arg, checkpoint=checkpoint, pretrained=pretrained, seed=seed)
-    source = files.InputSpec(tuple(images or ()), sample, random_input, seed, _input_size(input_size))
-    names = set(api.CaptureOptions.__dataclass_fields__) - {"formats"}
-    chosen = {k: v for k, v in ctx.params.items() if k in names}
-    options = api.CaptureOptions(formats=(fmt,), compile=compile_model, **chosen)
-    if int(os.environ.get("RANK", "0")) > 0:  # under torchrun, rank 0 alone speaks
-        quiet, json_out = True, False
-    with shell.user_output_to_stderr(json_out):
-        if dry_run:
-            found = api.plan(layer or [], model=spec, images=source, options=options)
-        else:
-            bar = progress.Progress(enabled=not quiet)
-            with bar:
-                result = api.capture(
-                    source, layer or [], model=spec, options=options, on_batch=process.trimmed(bar.update)
-                )
-    if dry_run:
-        render.notes(found.tree.notes + found.notes)
-        typer.echo(render.as_json(render.plan_dict(found)) if json_out else render.plan(found))
-    elif json_out:
-        typer.echo(result.manifest.read_text().rstrip())
-    elif not quiet:
-        render.notes(result.notes)
-        typer.echo(render.capture_summary(result))
+capture.register(app)  # capture: listed after list-modules
 
 
 @app.command()
@@ -240,10 +109,10 @@ def merge(
 ) -> None:
     """Join the folders of capture --shard I/N into the capture one process would have written."""
     # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
-    from ..capture import parallel
+    from ..capture.merge import merge as merge_shards
     from . import render
 
-    merged = parallel.merge(list(shards), out, overwrite=overwrite)
+    merged = merge_shards(list(shards), out, overwrite=overwrite)
     if json_out:
         typer.echo(merged.manifest.read_text().rstrip())
     else:

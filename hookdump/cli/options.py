@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -59,3 +59,21 @@ AllowDifferentInputsOpt = Annotated[
 PrintConfigOpt = Annotated[
     bool, typer.Option("--print-config", help="Print the effective options as a TOML config and exit.")
 ]
+
+
+def spec_of(name: str | None, imports: list[str] | None, args: list[str] | None, **weights: Any) -> Any:
+    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
+    from ..model.args import parse_model_args
+    from ..model.spec import DEFAULT_MODEL, ModelSpec
+
+    return ModelSpec(
+        name or DEFAULT_MODEL, tuple(imports or ()), name_given=name is not None,
+        model_args=parse_model_args(args or []), **weights,
+    )  # fmt: skip
+
+
+def size_of(text: str | None) -> tuple[int, int, int] | None:
+    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
+    from ..inputs.files import parse_input_size
+
+    return parse_input_size(text) if text else None

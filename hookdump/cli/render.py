@@ -16,7 +16,7 @@ from ..units import human_bytes
 
 if TYPE_CHECKING:
     from ..api import CapturePlan, CaptureResult, ModuleTree
-    from ..capture.parallel import MergeResult
+    from ..capture.merge import MergeResult
     from ..model.tree import ModuleInfo
     from ..pictures.style import Shown
 

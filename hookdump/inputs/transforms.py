@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ..errors import UsageError
+from ..model.spec import ModelSpec
 from ..units import human_bytes
 from .images import open_image
 
@@ -157,3 +158,28 @@ class ResizeCrop:
         tensor = F.convert_image_dtype(F.pil_to_tensor(image), torch.float)
         normalized: torch.Tensor = F.normalize(tensor, mean=self.mean, std=self.std)
         return normalized
+
+
+def eval_config(
+    preprocess: Callable[[tuple[str, ...]], tuple[dict[str, Any] | None, list[str]]],
+    spec: ModelSpec,
+    build_meta: Callable[[], torch.nn.Module],
+    build_real: Callable[[], torch.nn.Module],
+    size: tuple[int, int, int] | None,
+    paths: list[Path],
+    needed: tuple[str, ...],
+) -> tuple[dict[str, Any], list[str]]:
+    """The eval transform as a data config, in order: the caller's ``transform``, the source's own
+    (``preprocess``: its model source's, e.g. torchvision's), timm's data config of the model (its
+    ``pretrained_cfg``); and notes about it.
+    ``needed``: what a caller's module must say when it has no transform (``input size``, ``mean``, ...)."""
+    if spec.transform is not None:
+        return callable_config(spec.transform, paths, size), []
+    given, notes = preprocess(needed)
+    if given is not None:
+        return fixed_config(given, size), notes
+    try:
+        module = build_meta()
+    except Exception:
+        module = build_real()
+    return data_config(module, size), notes

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,45 +15,17 @@ from ..digest import sha256
 from ..errors import Interrupted, UsageError, check_choice
 from ..failures import DISK_FULL, disk_full
 from . import commit, outdir, profile
-from .formats import SAFETENSORS_INDEX, write_pt, write_safetensors
 from .lock import OutputLock
 from .manifest import MANIFEST
 from .outdir import CLASSES, HASHES, PROGRESS, RUN, SCRATCH
 from .reader import read_manifest
 from .records import Captured, Key, key_from_json
+from .saved import SavedTensor, dtype_name, saved_files
 from .stats import Accumulator, nonfinite_notes
 from .stream import HEADER_BYTES, NpyStream, check_holds
 
 FORMATS = ("npy", "pt", "safetensors")
 SAVE_DTYPES = ("float32", "float16", "bfloat16", "keep")
-
-
-@dataclass
-class SavedTensor:
-    """One file written for one captured tensor (a manifest ``tensors`` entry)."""
-
-    layer: str
-    kind: str
-    index: str | None
-    call: int
-    file: str
-    format: str
-    shape: list[int]
-    dtype: str
-    source_dtype: str
-    modified_in_place_after_hook: bool = False
-    key: str | None = None
-    stats: dict[str, Any] | None = None  # min, max, mean, std, zeros, nan, inf of the saved values
-    layout: str | None = None  # the axes: NCHW, NHWC, NLC, NC, attn, windows (``layouts.layout``)
-    windows: dict[str, Any] | None = None  # windowed tensors: rows per image, geometry (``layouts.saved``)
-    order: int | None = None  # the forward order: the index of its hook's run in the first forward
-
-    def as_dict(self) -> dict[str, Any]:
-        entry = dict(vars(self))
-        for name in ("key", "stats", "layout", "windows", "order"):
-            if entry[name] is None:
-                del entry[name]
-        return entry
 
 
 def parse_formats(text: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -67,10 +38,6 @@ def parse_formats(text: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
             f"Unknown --format `{','.join(unknown) or text}`.", f"Choose from {', '.join(FORMATS)}."
         )
     return formats
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def check_save_dtype(save_dtype: str, formats: tuple[str, ...], dtypes: set[torch.dtype]) -> None:
@@ -245,7 +212,7 @@ class Writer:
             acc = self.stats[key]
             streams.append(
                 {
-                    "key": list(key), **stream.state(), "source_dtype": _dtype_name(self.source_dtypes[key]),
+                    "key": list(key), **stream.state(), "source_dtype": dtype_name(self.source_dtypes[key]),
                     "stats": None if acc is None else acc.state(),
                 }
             )  # fmt: skip
@@ -303,49 +270,13 @@ class Writer:
     def commit(self, entries: list[Captured], header: dict[str, Any]) -> list[SavedTensor]:
         """Name the files, write the other formats from the streams (never holding a whole tensor), move
         everything into ``out``, manifest last."""
-        scratch = self.scratch
         streams = [self.streams[item.key] for item in entries]
         for stream in streams:
             stream.close()
-        files: dict[tuple[str, str], str] = {}  # (stem, format) -> file name
-        for item, stream in zip(entries, streams, strict=True):
-            if "pt" in self.formats:
-                write_pt(stream.path, scratch / f"{item.stem}.pt", bfloat16=stream.dtype == torch.bfloat16)
-            files.update(
-                {(item.stem, fmt): f"{item.stem}.{fmt}" for fmt in self.formats if fmt != "safetensors"}
-            )
-        if "safetensors" in self.formats:
-            items = [
-                (i.stem, s.path, s.dtype == torch.bfloat16) for i, s in zip(entries, streams, strict=True)
-            ]
-            for key, name in write_safetensors(items, scratch, max_shard_bytes=self.shard_bytes):
-                files[(key, "safetensors")] = name
-        saved = [
-            SavedTensor(
-                layer=item.layer,
-                kind=item.kind,
-                index=item.index,
-                call=item.call,
-                file=files[(item.stem, fmt)],
-                format=fmt,
-                shape=stream.shape,
-                dtype=_dtype_name(stream.dtype or torch.float32),
-                source_dtype=_dtype_name(self.source_dtypes[item.key]),
-                modified_in_place_after_hook=item.modified_in_place,
-                key=item.stem if fmt == "safetensors" else None,
-                stats=self._stats(item.key),
-                layout=item.layout,
-                windows=item.windows,
-                order=item.order,
-            )
-            for item, stream in zip(entries, streams, strict=True)
-            for fmt in self.formats
-        ]
-        moves = {name: name for (_, fmt), name in files.items() if fmt != "npy"}  # scratch name -> in out
-        if "npy" in self.formats:
-            moves |= {s.path.name: f"{i.stem}.npy" for i, s in zip(entries, streams, strict=True)}
-        if (scratch / SAFETENSORS_INDEX).is_file():
-            moves[SAFETENSORS_INDEX] = SAFETENSORS_INDEX
+        stats = {item.key: self._stats(item.key) for item in entries}
+        saved, moves = saved_files(
+            entries, streams, self.source_dtypes, stats, self.formats, self.scratch, self.shard_bytes
+        )
         self._keep_scratch = True  # from here on, every batch is kept whatever happens
         commit.check_free(self.out, list(moves.values()), self.command)
         with commit.signals_held() as came:  # a kill from here on leaves a state a rerun finishes

@@ -1,0 +1,59 @@
+"""Every option of a capture checked on its own and against the others, and its output folder, before any
+work (``api.plan`` runs this first, so ``--dry-run`` and the run refuse alike)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .. import units
+from ..errors import UsageError, check_choice
+from ..store import outdir, sinks
+from ..store.lock import check_free
+from . import parallel, reduce
+from .options import CaptureOptions
+from .runner import DTYPES
+
+#: The largest --batch-size taken: far beyond any memory, below the sizes Python's own indexing refuses.
+MAX_BATCH = 1 << 20
+
+
+def check_options(opts: CaptureOptions) -> None:
+    """Every option on its own and against the others, and the output folder, before any work."""
+    check_choice("--what", opts.what, ("output", "input", "both"))
+    check_choice("--dtype", opts.dtype, tuple(DTYPES))
+    check_choice("--reduce", opts.reduce, reduce.REDUCTIONS)
+    sinks.check_save_dtype(
+        opts.save_dtype, opts.formats, {torch.bfloat16} if opts.dtype == "bfloat16" else set()
+    )
+    if opts.batch_size < 1:
+        raise UsageError(f"--batch-size {opts.batch_size} is not positive.", "Use 1 or more.")
+    if opts.batch_size > MAX_BATCH:
+        raise UsageError(
+            f"--batch-size {opts.batch_size} is more images than one forward pass can hold.",
+            f"Use at most {MAX_BATCH} (a few dozen is usual; out of memory says to use fewer).",
+        )
+    if opts.workers is not None and opts.workers < 0:
+        raise UsageError(f"--workers {opts.workers} is negative.", "Use 0 (decode in process) or more.")
+    if opts.workers is not None and opts.workers > (most := max(64, 4 * (os.cpu_count() or 1))):
+        raise UsageError(
+            f"--workers {opts.workers} is more decoding processes than this machine can use.",
+            f"Use at most {most}, or leave --workers out for a number that suits the machine.",
+        )
+    if opts.compile and opts.grad:
+        raise UsageError(
+            "--compile and --grad: hookdump compiles the forward pass only.",
+            "Drop --compile to capture gradients (or --grad to compile).",
+        )
+    if opts.target is not None and opts.target < 0:
+        raise UsageError(f"--target {opts.target} is negative.", "Give a class index, 0 or more.")
+    if opts.shard_size is not None:
+        units.parse_size(opts.shard_size)
+    if opts.shard is not None:
+        parallel.parse_shard(opts.shard)
+    check_free(opts.out)  # a folder another run is writing says so, whatever it holds
+    if parallel.check_ranks(opts.out, opts.overwrite, opts.resume):  # each rank resumes its own folder
+        outdir.check(opts.out, overwrite=True, resume=False)  # the folder itself: writable, on a disk
+    else:
+        outdir.check(opts.out, opts.overwrite, opts.resume)

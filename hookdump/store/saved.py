@@ -1,0 +1,96 @@
+"""The writer's last step before its commit: the other formats written from the ``.npy`` streams (never a
+whole tensor in memory), each file named, the manifest's entry of each (``SavedTensor``), and the moves from
+the scratch folder into ``OUT`` that ``commit`` carries out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .formats import SAFETENSORS_INDEX, write_pt, write_safetensors
+from .records import Captured, Key
+from .stream import NpyStream
+
+
+@dataclass
+class SavedTensor:
+    """One file written for one captured tensor (a manifest ``tensors`` entry)."""
+
+    layer: str
+    kind: str
+    index: str | None
+    call: int
+    file: str
+    format: str
+    shape: list[int]
+    dtype: str
+    source_dtype: str
+    modified_in_place_after_hook: bool = False
+    key: str | None = None
+    stats: dict[str, Any] | None = None  # min, max, mean, std, zeros, nan, inf of the saved values
+    layout: str | None = None  # the axes: NCHW, NHWC, NLC, NC, attn, windows (``layouts.layout``)
+    windows: dict[str, Any] | None = None  # windowed tensors: rows per image, geometry (``layouts.saved``)
+    order: int | None = None  # the forward order: the index of its hook's run in the first forward
+
+    def as_dict(self) -> dict[str, Any]:
+        entry = dict(vars(self))
+        for name in ("key", "stats", "layout", "windows", "order"):
+            if entry[name] is None:
+                del entry[name]
+        return entry
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def saved_files(
+    entries: list[Captured],
+    streams: list[NpyStream],
+    source_dtypes: dict[Key, torch.dtype],
+    stats: dict[Key, dict[str, Any] | None],
+    formats: tuple[str, ...],
+    scratch: Path,
+    shard_bytes: int | None,
+) -> tuple[list[SavedTensor], dict[str, str]]:
+    """Write the ``.pt`` / ``.safetensors`` files of the closed ``streams`` into ``scratch``; the manifest
+    entry of each file, and the moves (scratch name -> name in ``OUT``)."""
+    files: dict[tuple[str, str], str] = {}  # (stem, format) -> file name
+    for item, stream in zip(entries, streams, strict=True):
+        if "pt" in formats:
+            write_pt(stream.path, scratch / f"{item.stem}.pt", bfloat16=stream.dtype == torch.bfloat16)
+        files.update({(item.stem, fmt): f"{item.stem}.{fmt}" for fmt in formats if fmt != "safetensors"})
+    if "safetensors" in formats:
+        items = [(i.stem, s.path, s.dtype == torch.bfloat16) for i, s in zip(entries, streams, strict=True)]
+        for key, name in write_safetensors(items, scratch, max_shard_bytes=shard_bytes):
+            files[(key, "safetensors")] = name
+    saved = [
+        SavedTensor(
+            layer=item.layer,
+            kind=item.kind,
+            index=item.index,
+            call=item.call,
+            file=files[(item.stem, fmt)],
+            format=fmt,
+            shape=stream.shape,
+            dtype=dtype_name(stream.dtype or torch.float32),
+            source_dtype=dtype_name(source_dtypes[item.key]),
+            modified_in_place_after_hook=item.modified_in_place,
+            key=item.stem if fmt == "safetensors" else None,
+            stats=stats[item.key],
+            layout=item.layout,
+            windows=item.windows,
+            order=item.order,
+        )
+        for item, stream in zip(entries, streams, strict=True)
+        for fmt in formats
+    ]
+    moves = {name: name for (_, fmt), name in files.items() if fmt != "npy"}
+    if "npy" in formats:
+        moves |= {s.path.name: f"{i.stem}.npy" for i, s in zip(entries, streams, strict=True)}
+    if (scratch / SAFETENSORS_INDEX).is_file():
+        moves[SAFETENSORS_INDEX] = SAFETENSORS_INDEX
+    return saved, moves
