@@ -61,6 +61,7 @@ def list_modules(
     pattern: str | None = None,
     leaves: bool = False,
     transform: Transform | None = None,
+    ops: bool = False,
 ) -> ModuleTree:
     """Build the model once on the meta device and trace one pass: names, classes, calls, shapes.
 
@@ -76,6 +77,7 @@ def list_modules(
             that module and everything under it.
         leaves: keep only modules without children.
         transform: the eval transform of a module of yours (a PIL image to a ``(C, H, W)`` float tensor).
+        ops: also name each module's own ops (``PATH:OP``, ``model/ops.py``) in the traced pass.
     """
     if depth is not None and depth < 1:
         raise UsageError(f"--depth {depth} is not positive.", "Use --depth 1 for the top-level modules.")
@@ -90,10 +92,16 @@ def list_modules(
             source.preprocess, spec, build_meta, build_real, None, [], ("input size",)
         )
         size = config["input_size"]
-    found = inventory.take(build_meta, build_real, size, shapes=shapes, size_given=input_size is not None)
+    found = inventory.take(
+        build_meta, build_real, size, shapes=shapes, size_given=input_size is not None, ops=ops and shapes
+    )
     shown = layers.select(found, depth, pattern, leaves, name.requested)
     flat = pattern is not None or leaves
-    return ModuleTree(name.requested, name.timm_name, found, name.notes + found.notes, shown, depth, flat)
+    ignored = ["--ops is ignored with --no-shapes: ops are found in the traced pass it skips"] * (
+        ops and not shapes
+    )
+    notes = name.notes + found.notes + ignored
+    return ModuleTree(name.requested, name.timm_name, found, notes, shown, depth, flat)
 
 
 def _model_spec(model: Model, transform: Transform | None = None) -> ModelSpec:

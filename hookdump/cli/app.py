@@ -66,6 +66,9 @@ def list_modules(
     ] = None,
     leaves: Annotated[bool, typer.Option("--leaves", help="Only modules without children.")] = False,
     no_shapes: Annotated[bool, typer.Option("--no-shapes", help="Skip the traced pass.")] = False,
+    ops: Annotated[
+        bool, typer.Option("--ops", help="Also each module's own ops (PATH:OP: blocks.3:add, :flatten).")
+    ] = False,
     json_out: JsonOpt = False,
     config: ConfigOpt = None,
     print_config: PrintConfigOpt = False,
@@ -84,11 +87,11 @@ def list_modules(
     with shell.user_output_to_stderr(json_out):
         tree = api.list_modules(
             spec_of(model_name or model, imports, model_arg), input_size=size_of(input_size),
-            shapes=not no_shapes, depth=depth, pattern=pattern, leaves=leaves,
+            shapes=not no_shapes, depth=depth, pattern=pattern, leaves=leaves, ops=ops,
         )  # fmt: skip
     render.notes(tree.notes)
     if json_out:
-        typer.echo(render.as_json([m.as_dict() for m in tree.modules]))
+        typer.echo(render.as_json(render.modules_json(tree)))
     else:
         render.print_tree(tree)
 

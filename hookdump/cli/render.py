@@ -17,6 +17,7 @@ from ..units import human_bytes
 if TYPE_CHECKING:
     from ..api import CapturePlan, CaptureResult, ModuleTree
     from ..capture.merge import MergeResult
+    from ..model.ops import OpInfo
     from ..model.tree import ModuleInfo
     from ..pictures.style import Shown
 
@@ -57,6 +58,29 @@ def module_label(info: ModuleInfo, hidden: int = 0) -> list[Piece]:
     return label
 
 
+def modules_json(tree: ModuleTree) -> list[dict[str, Any]]:
+    """``list-modules --json``: each module's object; with ``--ops``, its own ops (``ops``), and the root's
+    own ops first, as a module named ``""``."""
+    ops = tree.inventory.ops
+    if ops is None:
+        return [m.as_dict() for m in tree.modules]
+    own = [op.as_dict() for op in ops.get("", [])]
+    root = [{"name": "", "type": tree.inventory.root_type, "ops": own}] if own else []
+    return root + [m.as_dict() | {"ops": [op.as_dict() for op in ops.get(m.name, [])]} for m in tree.modules]
+
+
+def op_label(op: OpInfo) -> list[Piece]:
+    """One op of a module's own forward: ``PATH:OP``, as -l takes it, and its output shape."""
+    label: list[Piece] = [(op.name, "bold blue"), ("  op", "cyan")]
+    if op.shapes:
+        label.append((f"  -> {shape_text(op.shapes)}", "magenta"))
+    if op.calls > 1:
+        label.append((f"  in {op.calls} calls", "yellow"))
+    if op.inplace:
+        label.append(("  in place", "dim"))
+    return label
+
+
 def tree_lines(tree: ModuleTree) -> list[list[Piece]]:
     """The model as tree lines (a flat list for --filter / --leaves), paths exactly as --layer takes them."""
     inv = tree.inventory
@@ -66,17 +90,28 @@ def tree_lines(tree: ModuleTree) -> list[list[Piece]]:
         else f"{tree.requested} (timm {tree.timm_name})"
     )
     lines: list[list[Piece]] = [[(title, "bold"), ("  ", ""), (inv.root_type, "cyan")]]
+    ops = inv.ops or {}
     if tree.flat:
         shown = tree.modules
-        return lines + [
-            [(LAST if i == len(shown) - 1 else TEE, "dim"), *module_label(info)]
-            for i, info in enumerate(shown)
-        ]
+        for i, info in enumerate(shown):
+            last = i == len(shown) - 1
+            lines.append([(LAST if last else TEE, "dim"), *module_label(info)])
+            mine = ops.get(info.name, [])
+            lines += [
+                [((BLANK if last else PIPE) + (LAST if j == len(mine) - 1 else TEE), "dim"), *op_label(op)]
+                for j, op in enumerate(mine)
+            ]
+        return lines
     keep = None if tree.shown is None else set(tree.shown)
     hidden = _folded_counts(tree)
 
-    def grow(names: list[str], prefix: str) -> None:
+    def grow(path: str, names: list[str], prefix: str) -> None:
         kept = [n for n in names if keep is None or n in keep]
+        mine = ops.get(path, []) if keep is None or path in keep or not path else []
+        for j, op in enumerate(mine):  # the module's own ops first, then its children
+            lines.append(
+                [(prefix + (LAST if j == len(mine) - 1 and not kept else TEE), "dim"), *op_label(op)]
+            )
         for i, name in enumerate(kept):
             info = inv.get(name)
             assert info is not None
@@ -84,9 +119,9 @@ def tree_lines(tree: ModuleTree) -> list[list[Piece]]:
             lines.append(
                 [(prefix + (LAST if last else TEE), "dim"), *module_label(info, hidden.get(name, 0))]
             )
-            grow(info.children, prefix + (BLANK if last else PIPE))
+            grow(name, info.children, prefix + (BLANK if last else PIPE))
 
-    grow(inv.top_level, "")
+    grow("", inv.top_level, "")
     return lines
 
 

@@ -12,6 +12,7 @@ from torch import nn
 from ..errors import InputError, UsageError
 from . import featlevels
 from .meta import FastShapes
+from .ops import discover
 from .outputs import tensor_shapes
 from .tree import ATTN_DROP, Inventory, ModuleInfo, is_container
 
@@ -51,8 +52,11 @@ def describe(model: nn.Module, input_size: tuple[int, ...]) -> Inventory:
     return found
 
 
-def trace(model: nn.Module, input_size: tuple[int, ...], device: torch.device | str) -> Inventory:
-    """Run one batch-of-one forward with a hook on every module and count calls and shapes."""
+def trace(
+    model: nn.Module, input_size: tuple[int, ...], device: torch.device | str, ops: bool = False
+) -> Inventory:
+    """Run one batch-of-one forward with a hook on every module and count calls and shapes; ``ops``: also
+    name each module's own ops (``model/ops.py``) in the same pass."""
     inventory = describe(model, input_size)
     calls = {m.name: 0 for m in inventory.modules}
     finished: dict[str, int] = {}
@@ -79,7 +83,13 @@ def trace(model: nn.Module, input_size: tuple[int, ...], device: torch.device | 
     try:
         model.eval()
         with torch.no_grad(), fast:
-            returned = model(torch.zeros((1, *input_size), device=device))
+            x = torch.zeros((1, *input_size), device=device)
+            if ops:
+                kept: list[Any] = []
+                inventory.ops = discover(model, lambda: kept.append(model(x)))
+                returned = kept[0]
+            else:
+                returned = model(x)
     finally:
         for handle in handles:
             handle.remove()
@@ -102,6 +112,7 @@ def take(
     input_size: tuple[int, ...],
     shapes: bool = True,
     size_given: bool = False,
+    ops: bool = False,
 ) -> Inventory:
     """Trace on the meta device (no weights); fall back to a real CPU pass, and say so.
 
@@ -115,7 +126,7 @@ def take(
         return describe(meta_model if meta_model is not None else build_real(), input_size)
     if meta_model is not None:
         try:
-            return trace(meta_model, input_size, "meta")
+            return trace(meta_model, input_size, "meta", ops)
         except Exception as exc:
             reason = f"{type(exc).__name__}: {_first_line(exc)}"
     else:
@@ -123,7 +134,7 @@ def take(
     real = build_real()
     device = next((p.device for p in real.parameters()), torch.device("cpu"))
     try:
-        inventory = trace(real, input_size, device)
+        inventory = trace(real, input_size, device, ops)
     except Exception as exc:
         size = "x".join(map(str, input_size))
         kind = UsageError if size_given else InputError

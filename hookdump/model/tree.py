@@ -9,6 +9,8 @@ from typing import Any
 
 from torch import nn
 
+from .ops import OpInfo
+
 PREFIX = "feat:"  # a feature level as a layer spec: feat:K
 CONTAINER_REASON = "container: never called, a hook here never fires; hook a child"
 NEVER_REASON = "never called in forward: a hook here never fires"
@@ -126,6 +128,7 @@ class Inventory:
     levels: list[FeatureLevel] = field(default_factory=list)  # feature_info resolved (featlevels)
     returns: list[list[int]] | None = None  # the shapes of what the model itself returns (traced), batch 1
     returns_plain: bool = True  # ... a tensor, not a tuple or dict of them
+    ops: dict[str, list[OpInfo]] | None = None  # each module's own ops (``""``: the root's), when asked for
 
     def __post_init__(self) -> None:
         self._by_name = {m.name: m for m in self.modules}
