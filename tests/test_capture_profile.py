@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hookdump import api
+from hookdump.errors import UsageError
 from hookdump.inputs.files import InputSpec
 from hookdump.store import profile
 
@@ -34,6 +35,17 @@ def test_the_profile_names_every_span_and_they_fit_in_the_run(
     assert sum(spans[k] for k in main) <= spans["run"] * 1.001
     if sys.platform == "linux":  # the process's life before the run: pytest's, here
         assert spans["before run"] > 0
+
+
+def test_a_users_file_where_the_profile_goes_is_refused_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "mine.json"
+    target.write_text("the user's\n")
+    monkeypatch.setenv(profile.ENV, str(target))
+    with pytest.raises(UsageError, match=r"mine\.json` is in the way: hookdump capture would write a file"):
+        api.capture(InputSpec(sample=True), ["layer1"], model="test_resnet", out=tmp_path / "out")
+    assert target.read_text() == "the user's\n" and not (tmp_path / "out").exists()
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="/proc")

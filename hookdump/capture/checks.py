@@ -9,7 +9,7 @@ import torch
 
 from .. import units
 from ..errors import UsageError, check_choice
-from ..store import outdir, sinks
+from ..store import outdir, profile, sinks
 from ..store.lock import check_free
 from . import parallel, reduce
 from .options import CaptureOptions
@@ -52,6 +52,7 @@ def check_options(opts: CaptureOptions) -> None:
         units.parse_size(opts.shard_size)
     if opts.shard is not None:
         parallel.parse_shard(opts.shard)
+    profile.check_target()  # HOOKDUMP_PROFILE's file: never a user's
     check_free(opts.out)  # a folder another run is writing says so, whatever it holds
     if parallel.check_ranks(opts.out, opts.overwrite, opts.resume):  # each rank resumes its own folder
         outdir.check(opts.out, overwrite=True, resume=False)  # the folder itself: writable, on a disk

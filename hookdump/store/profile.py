@@ -20,6 +20,8 @@ import threading
 import time
 from pathlib import Path
 
+from . import claims
+
 ENV = "HOOKDUMP_PROFILE"
 clock = time.perf_counter
 seconds: dict[str, float] = {}
@@ -39,6 +41,16 @@ def reset() -> None:
         seconds.clear()
 
 
+ELSEWHERE = "point HOOKDUMP_PROFILE elsewhere"
+
+
+def check_target() -> None:
+    """Before any work: the file ``HOOKDUMP_PROFILE`` names is no user's (a file hookdump wrote, or none)."""
+    target = os.environ.get(ENV)
+    if target:
+        claims.claim(Path(target).parent, [Path(target).name], "capture", ENV, ELSEWHERE)
+
+
 def dump(extra: dict[str, float] | None = None) -> None:
     """Write the seconds (and ``extra``) to the file ``HOOKDUMP_PROFILE`` names, if it names one."""
     target = os.environ.get(ENV)
@@ -52,7 +64,11 @@ def dump(extra: dict[str, float] | None = None) -> None:
             data["forward"] = data.pop("model") - data.get("hooks", 0.0)
             inside = ("decode", "forward", "hooks", "writer wait")
             data["between batches"] = data.pop("loop", 0.0) - sum(data.get(k, 0.0) for k in inside)
-        Path(target).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+        path = Path(target)  # a file of the user's of that name is refused, as every writer's is
+        with claims.claim(path.parent, [path.name], "capture", ENV, ELSEWHERE) as w:
+            w.stage(path.name, lambda tmp: tmp.write_text(text))
+            w.commit()
 
 
 def process_age() -> float | None:
