@@ -269,7 +269,8 @@ def _write_rdms(
     folder = writing.path(RDMS)
     written: list[Path] = []
     try:
-        (staged / "b").mkdir() if rdms_b is not None else None
+        if rdms_b is not None:
+            (staged / "b").mkdir()
         for sub, rdms in (("", rdms_a), ("b", rdms_b or {})):
             for name, matrix in rdms.items():
                 np.save(staged / sub / f"{name}.npy", matrix)

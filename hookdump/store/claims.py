@@ -107,27 +107,29 @@ def in_the_way(
         path = folder / name.rstrip("/")
         if name.endswith("/"):
             if path.exists() and not path.is_dir():
-                _refuse(path, command, elsewhere, "a file where it keeps a folder of its own")
+                refuse(path, command, elsewhere, "a file where it keeps a folder of its own")
             if path.is_dir() and not any(n.startswith(name) for n in mine):  # even empty: not hookdump's
-                _refuse(path, command, elsewhere, _why(folder, name))
+                refuse(path, command, elsewhere, why(folder, name))
             for inner in sorted(path.rglob("*")) if path.is_dir() else []:
                 rel = inner.relative_to(folder).as_posix()
                 if not inner.is_dir() and rel not in mine:
-                    _refuse(inner, command, elsewhere, _why(folder, rel))
+                    refuse(inner, command, elsewhere, why(folder, rel))
         elif (path.exists() or path.is_symlink()) and name not in mine:
-            _refuse(path, command, elsewhere, _why(folder, name))
+            refuse(path, command, elsewhere, why(folder, name))
 
 
-def _why(folder: Path, name: str) -> str:
+def why(folder: Path, name: str) -> str:
+    """Why a file in the way is not hookdump's to replace: no record names it, or it changed since."""
     if name in read_record(folder):
         return "a file hookdump wrote there, changed since"
     return "and no hookdump record there says hookdump wrote it"
 
 
-def _refuse(path: Path, command: str, elsewhere: str, why: str) -> None:
+def refuse(path: Path, command: str, elsewhere: str, reason: str) -> None:
+    """The refusal of a file (or folder) in the way, naming it and what would have written it."""
     what = "a folder" if path.is_dir() and not path.is_symlink() else "a file"
     raise UsageError(
-        f"`{path}` is in the way: hookdump {command} would write {what} of that name, {why} (hookdump"
+        f"`{path}` is in the way: hookdump {command} would write {what} of that name, {reason} (hookdump"
         " replaces only its own files).",
         _sentence(f"move it away, or {elsewhere}"),
     )

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..digest import sha256
 from ..errors import InputError, UsageError
+from . import claims
 from .claims import check_folder
 from .manifest import MANIFEST
 from .reader import read_manifest
@@ -66,11 +67,7 @@ def in_the_way(
         return
     for name in names:
         if name not in mine and re.fullmatch("|".join(pattern), name):
-            raise UsageError(
-                f"`{out / name}` is in the way: hookdump {command} would write a file of that name, and no"
-                " hookdump record there says hookdump wrote it (hookdump replaces only its own files).",
-                "Move it away, or choose another --out.",
-            )
+            claims.refuse(out / name, command, "choose another --out", claims.why(out, name))
 
 
 def committing(out: Path) -> str | None:
