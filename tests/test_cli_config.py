@@ -56,7 +56,7 @@ def test_list_modules_keys_leave_out_the_positional_model() -> None:
     keys = {key: param.name for key, param in config.config_keys(LIST).items()}
     assert keys == {
         "model": "model", "import": "imports", "model_arg": "model_arg", "input_size": "input_size",
-        "depth": "depth", "filter": "pattern", "leaves": "leaves", "no_shapes": "no_shapes",
+        "depth": "depth", "filter": "pattern", "leaves": "leaves", "no_shapes": "no_shapes", "ops": "ops",
         "json": "json_out",
     }  # fmt: skip
 
@@ -247,7 +247,8 @@ def test_to_toml_round_trip(tmp_path: Path) -> None:
     listed = LIST.make_context("list-modules", ["--depth", "2", "--leaves", "--filter", "blocks.*"]).params
     text = config.to_toml(listed, LIST, "list-modules")
     assert text == (
-        '[list-modules]\ndepth = 2\nfilter = "blocks.*"\nleaves = true\nno_shapes = false\njson = false\n'
+        '[list-modules]\ndepth = 2\nfilter = "blocks.*"\nleaves = true\nno_shapes = false\nops = false\n'
+        "json = false\n"
     )
     cfg = write(tmp_path / "l.toml", text)
     assert (
