@@ -24,8 +24,7 @@ from ..digest import sha256
 from ..errors import UsageError
 from ..failures import from_environment
 from .lock import check_free
-from .manifest import MANIFEST, below
-from .reader import read_manifest
+from .manifest import below
 
 RECORD = ".hookdump-files.json"  # the files hookdump wrote in a folder, beside a capture's manifest
 KIND = "hookdump_files"
@@ -87,13 +86,6 @@ def _unchanged(path: Path, entry: dict[str, Any]) -> bool:
     if stat.st_size != entry["size"]:
         return False
     return (stat.st_mtime_ns == entry.get("mtime_ns")) or sha256(path) == entry.get("sha256")
-
-
-def capture_files(folder: Path) -> set[str]:
-    """The files the folder's capture manifest lists (its tensor files), which only a capture replaces."""
-    manifest = read_manifest(folder)
-    names = {str(e.get("file")) for e in (manifest or {}).get("tensors") or [] if isinstance(e, dict)}
-    return names | ({MANIFEST} if manifest is not None else set())
 
 
 def in_the_way(

@@ -6,7 +6,6 @@ finished capture's header says (versions, model, weights, transform, options) is
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +54,6 @@ def picture_name(stem: str, image: int | None = None, suffix: str = "") -> str:
     """The PNG ``show`` draws of tensor ``stem`` (``/`` in a safetensors key becomes ``_``): image ``image``
     of the batch when given (``.img<i>``), ``suffix`` ``.overlay`` / ``.gradcam`` for a heat map."""
     return f"{stem.replace('/', '_')}{'' if image is None else f'.img{image}'}{suffix}.png"
-
-
-def is_picture_of(name: str, stem: str) -> bool:
-    """Whether a file ``name`` is one of the PNGs :func:`picture_name` gives tensor ``stem``."""
-    own = re.escape(stem.replace("/", "_"))
-    return re.fullmatch(rf"{own}(\.img\d+)?(\.overlay|\.gradcam)?\.png", name) is not None
 
 
 def resume_advice(overwrite: bool) -> str:
