@@ -113,6 +113,8 @@ def test_reduce_cls_on_a_layer_without_tokens_names_the_layer(tmp_path: Path, ch
 def test_tv_models_that_warn_keep_stderr_to_our_words(
     tmp_path: Path, chelsea: Path, name: str, layer: str
 ) -> None:
+    listed = hd(tmp_path, "list-modules", "-m", f"tv:{name}", "--filter", layer)
+    assert listed.returncode == 0 and layer in listed.stdout and listed.stderr == "", listed.stderr
     done = hd(tmp_path, "capture", "-m", f"tv:{name}", "-l", layer, chelsea, "-o", "out")
     assert done.returncode == 0, done.stderr
     assert all(line.startswith("note: ") for line in done.stderr.splitlines()), done.stderr
