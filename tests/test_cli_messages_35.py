@@ -5,6 +5,7 @@ stderr holds hookdump's own words only."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import warnings
@@ -13,6 +14,7 @@ from pathlib import Path
 import forkrun
 import numpy as np
 import pytest
+import timm
 import torch
 import torchvision
 import transformers
@@ -40,27 +42,68 @@ def test_attention_hint_names_the_models_own_attention_modules(tmp_path: Path, c
     assert not (tmp_path / "hookdump-out").exists()
 
 
+def _meta_model(name: str) -> torch.nn.Module:
+    """A timm (or ``tv:``) model built by its own library on the meta device: no weights, its module names."""
+    with torch.device("meta"):
+        if name.startswith("tv:"):
+            return torchvision.models.get_model(name[3:], weights=None)
+        return timm.create_model(name)
+
+
+@pytest.mark.parametrize(
+    ("model", "layer", "kind", "glob"),
+    [  # numbers inside a path's segment; stages 0 and 1 of CAFormer mix by convolution, not attention
+        ("tv:vit_b_32", "encoder.ln", "MultiheadAttention", "encoder.layers.encoder_layer_*.self_attention"),
+        ("caformer_s18", "stages.0", "Attention", "stages.[23].blocks.*.token_mixer"),
+    ],
+)
+def test_attention_hint_globs_exactly_the_models_attention_modules(
+    tmp_path: Path, chelsea: Path, model: str, layer: str, kind: str, glob: str
+) -> None:
+    """The hint's glob picks the model's attention modules and nothing else, as its own library names them
+    (before: the first module alone for torchvision's ViT, and every stage's token mixer for CAFormer)."""
+    done = hd(tmp_path, "capture", "-m", model, "--attention", "-l", layer, chelsea)
+    assert done.returncode == 3, done.stderr
+    text = paragraph(done.stderr, f"-l '{glob}'", f"of {model} whose attention weights")
+    assert "blocks.*.attn" not in text
+    expected = [n for n, m in _meta_model(model).named_modules() if type(m).__name__ == kind]
+    assert len(expected) == 12
+    unfuse = ("--attention",) if kind == "Attention" else ()  # torchvision's are fused for good
+    done = hd(tmp_path, "capture", "-m", model, *unfuse, "-l", glob, chelsea, "--dry-run", "--json")
+    assert done.returncode == 0, done.stderr
+    planned = [m["name"] for m in json.loads(done.stdout)]
+    assert [n for n in planned if not n.endswith(".attn_drop")] == expected
+
+
 def test_reduce_cls_on_a_model_without_a_class_token_names_that_model(tmp_path: Path, chelsea: Path) -> None:
+    """A Swin block (its tokens) and a Swin stage (its tokens and a map: before, told it held no token map)
+    are refused for what the model lacks."""
     folder = tmp_path / "swin"
     transformers.SwinConfig(
         image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 2], window_size=4
     ).save_pretrained(folder)
-    done = hd(
-        tmp_path,
-        "capture",
-        "-m",
-        f"hf:{folder}",
-        "-l",
-        "encoder.layers.0.blocks.0",
-        "--reduce",
-        "cls",
-        chelsea,
+    for layer in ("encoder.layers.0.blocks.0", "encoder.layers.0"):
+        done = hd(tmp_path, "capture", "-m", f"hf:{folder}", "-l", layer, "--reduce", "cls", chelsea)
+        assert done.returncode == 2, done.stderr
+        text = paragraph(
+            done.stderr, f"--reduce cls takes the class token, and hf:{folder} has none", "--reduce mean"
+        )
+        assert "timm" not in text
+
+
+def test_reduce_cls_on_a_layer_without_tokens_names_the_layer(tmp_path: Path, chelsea: Path) -> None:
+    """ViTModel has a class token, and its pooler's (N, C) output holds no token map: the layer is named."""
+    folder = tmp_path / "vit"
+    config = transformers.ViTConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32
     )
+    transformers.ViTModel(config).save_pretrained(folder)
+    done = hd(tmp_path, "capture", "-m", f"hf:{folder}", "-l", "pooler", "--reduce", "cls", chelsea)
     assert done.returncode == 2, done.stderr
     text = paragraph(
-        done.stderr, f"--reduce cls takes the class token, and hf:{folder} has none", "--reduce mean"
+        done.stderr, "--reduce cls takes the first token of (N, L, C) token maps; none of pooler is one"
     )
-    assert "timm" not in text
+    assert "timm" not in text and "class token" not in text
 
 
 # --- 13: torchvision's FutureWarning stays off stderr, the weights as torchvision's default makes them -----
@@ -70,6 +113,8 @@ def test_reduce_cls_on_a_model_without_a_class_token_names_that_model(tmp_path: 
 def test_tv_models_that_warn_keep_stderr_to_our_words(
     tmp_path: Path, chelsea: Path, name: str, layer: str
 ) -> None:
+    listed = hd(tmp_path, "list-modules", "-m", f"tv:{name}", "--filter", layer)
+    assert listed.returncode == 0 and layer in listed.stdout and listed.stderr == "", listed.stderr
     done = hd(tmp_path, "capture", "-m", f"tv:{name}", "-l", layer, chelsea, "-o", "out")
     assert done.returncode == 0, done.stderr
     assert all(line.startswith("note: ") for line in done.stderr.splitlines()), done.stderr

@@ -65,7 +65,10 @@ def check(
     if how == "none":
         return []
     kept = [name for name, leaves in shapes.items() if any(reduced_shape(s, how) == s for s in leaves)]
-    if how == "cls" and len(kept) == len(shapes):
+    # Without a class token, tensors that hold any token map (a Swin stage returns its tokens and a map) are
+    # refused for that, below, not as holding none.
+    tokens = any(len(s) == 3 for leaves in shapes.values() for s in leaves)
+    if how == "cls" and len(kept) == len(shapes) and (class_token or not tokens):
         raise UsageError(
             f"--reduce cls takes the first token of (N, L, C) token maps; none of {', '.join(kept)} is one.",
             "Use --reduce mean or max for (N, C, H, W) maps.",

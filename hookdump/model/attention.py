@@ -18,6 +18,7 @@ import re
 
 from torch import nn
 
+from .. import patterns
 from ..errors import LayerError
 from ..units import first_few
 from .layers import LayerTarget
@@ -60,25 +61,44 @@ def _none_chosen(inventory: Inventory, model_label: str) -> LayerError:
     if names:
         return LayerError(
             f"{what}.",
-            f"Ask for its attention modules themselves: -l '{_glob(names)}' ({len(names)} of them:"
+            f"Ask for its attention modules themselves: -l '{_glob(names, inventory)}' ({len(names)} of them:"
             f" {first_few(names)}).",
         )
     others = [m for m in inventory.modules if m.type.lower().endswith("attention") and m.fires]
     if not others:
         return LayerError(f"{what}; it has no attention module at all.", "Drop --attention.")
     kinds = ", ".join(sorted({m.type for m in others}))
+    paths = [m.name for m in others]
     return LayerError(
-        f"{what}. Its attention modules ({first_few([m.name for m in others])}: {kinds}) compute their"
-        " weights inside one fused call that no hook can see.",
-        f"Capture their outputs without --attention (-l '{_glob([m.name for m in others])}'), or use a timm"
-        " model of the same architecture, whose attention --attention unfuses.",
+        f"{what}. Its attention modules ({first_few(paths)}: {kinds}) compute their weights inside one fused"
+        " call that no hook can see.",
+        f"Capture their outputs without --attention (-l '{_glob(paths, inventory)}'), or use a timm model of"
+        " the same architecture, whose attention --attention unfuses.",
     )
 
 
-def _glob(names: list[str]) -> str:
-    """One glob for module paths that differ only in their numbers (``blocks.*.attn``), else the first."""
-    globs = {re.sub(r"(?<=\.)\d+(?=\.|$)", "*", name) for name in names}
-    return globs.pop() if len(globs) == 1 else names[0]
+def _glob(names: list[str], inventory: Inventory) -> str:
+    """One glob for module paths that differ only in their numbers: ``*`` for each number that varies
+    (``blocks.*.attn``, ``encoder.layers.encoder_layer_*.self_attention``), a set of digits for one or all
+    of them (``stages.[23].blocks.*.attn``) where ``*`` would pick other modules too; the ``*`` one when
+    none picks exactly those, the first path when their shapes differ."""
+    split = [re.split(r"(\d+)", name) for name in names]  # odd items: the runs of digits
+    if len({tuple(parts[::2]) for parts in split}) != 1:
+        return names[0]
+    columns = [sorted(set(column)) for column in zip(*split, strict=True)]
+    digits = [i for i, values in enumerate(columns) if len(values) > 1 and max(map(len, values)) == 1]
+
+    def glob(sets: set[int]) -> str:
+        return "".join(
+            values[0] if len(values) == 1 else f"[{''.join(values)}]" if i in sets else "*"
+            for i, values in enumerate(columns)
+        )
+
+    every = [m.name for m in inventory.modules]
+    for candidate in (glob(set()), *(glob({i}) for i in digits), glob(set(digits))):
+        if set(patterns.match(candidate, every) or ()) == set(names):
+            return candidate
+    return glob(set())
 
 
 def weights_child(path: str, inventory: Inventory) -> str | None:
