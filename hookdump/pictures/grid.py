@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import UsageError
+from ..store import nonfinite
 from ..units import first_few
 from .colormap import paint
 from .maps import describe_nonfinite, to_unit
@@ -74,6 +75,8 @@ def grid(
     """Pick the channels, scale them, draw them under ``caption`` (plus a line on the choice and scaling)."""
     chosen, selection = select(maps, channels, top_k, max_channels, name)
     unit, how, notes = scaled(maps[chosen], chosen, scale, name)
+    if top_k is not None and channels is None:
+        notes += _ranked_nonfinite(maps, name)
     image, tiles, columns, tile, top = draw(
         unit, chosen, [*caption, f"{selection}; {how}; {colours}"], colours
     )
@@ -97,6 +100,19 @@ def select(
         return [int(c) for c in order], f"the {len(order)} of {count} channels of largest mean |activation|"
     shown = min(count, max_channels)
     return list(range(shown)), f"channels 0:{shown} of {count}"
+
+
+def _ranked_nonfinite(maps: Array, name: str) -> list[str]:
+    """What --top-k made of NaN and Inf (``select`` ranks by the finite values): which channels hold them,
+    counted over all the channels it ranked."""
+    bad = np.flatnonzero(~np.isfinite(maps.reshape(len(maps), -1)).all(axis=1))
+    if not bad.size:
+        return []
+    return [
+        f"--top-k: channel(s) {_some([int(c) for c in bad])} of {name} hold NaN or Inf"
+        f" ({nonfinite.count(maps).text()}): each is ranked by the mean |activation| of its finite values"
+        " (one with none, last)"
+    ]
 
 
 def _range(text: str, count: int, name: str) -> tuple[int, int]:
