@@ -1,7 +1,8 @@
 """Issue 35 items 5-7: one policy for values that are not finite, in every reader of a capture: NaN and
 Inf are counted and named, never silently dropped or compared away, and every JSON printed is valid JSON.
 Through the real console script, on captures of plugin models that make NaN and Inf
-(tests/plugins/nonfinite_plugin.py); the numbers are checked against numpy on the captured files."""
+(tests/plugins/nonfinite_plugin.py) and of test_vit from a checkpoint with a NaN weight; the numbers are
+checked against numpy on the captured files."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ import forkrun
 import numpy as np
 import pytest
 from conftest import PLUGINS, SKIMAGE_DATA
+from helpers import seeded
+from PIL import Image
+from safetensors.torch import save_file
 from test_cli_messages import paragraph
+from test_report import _check_links, _section
 
 PLUGIN = ("--import", str(PLUGINS / "nonfinite_plugin.py"), "--input-size", "3,16,16")
 
@@ -209,8 +214,6 @@ def test_compare_reduce_counts_the_tensor_not_its_pool(spoiled: Path, tmp_path: 
 def test_report_names_them_on_the_page(spoiled: Path, tmp_path: Path) -> None:
     """The tensor's section says what it holds and how its numbers and picture treat them; top's section
     names the inputs each channel left out, and a channel with none ranked has no picture, said why."""
-    from test_report import _check_links, _section
-
     out = tmp_path / "cap"
     shutil.copytree(spoiled, out)
     assert hd(tmp_path, "top", out, "-l", "spoil", "-k", "2").returncode == 0
@@ -233,3 +236,57 @@ def test_report_names_them_on_the_page(spoiled: Path, tmp_path: Path) -> None:
     assert "left out" not in channels[2] + channels[3]
     written = strict(done.stdout)["top"][0]["channels"]  # type: ignore[index]
     assert [len(c["excluded"]) for c in written] == [3, 3, 0, 0]
+
+
+@pytest.fixture(scope="module")
+def spoiled_vit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """test_vit whose first block's qkv weight holds one NaN (a bad checkpoint): head 0 of blocks.0's
+    attention is NaN throughout, and every block after it wholly NaN; the attention captured."""
+    root = tmp_path_factory.mktemp("nanvit")
+    model, path = seeded("test_vit", root, 0)
+    state = {k: v.clone().contiguous() for k, v in model.state_dict().items()}
+    state["blocks.0.attn.qkv.weight"][0, 0] = float("nan")
+    save_file(state, str(path))
+    shutil.copy(SKIMAGE_DATA / "chelsea.png", root / "chelsea.png")
+    done = hd(
+        root, "capture", "-m", "test_vit", "--checkpoint", path, "-l", "blocks.0.attn", "-l", "blocks.1.attn",
+        "--attention", "chelsea.png", "-o", "cap",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return root / "cap"
+
+
+def test_attention_pictures_count_them_and_call_no_head_even(spoiled_vit: Path, tmp_path: Path) -> None:
+    """A head whose map holds no finite value is said so (not 'constant', not 'attends evenly'); the
+    overlay and the rollout count what they met, and the rollout's picture is magenta where it is NaN."""
+    first = np.load(spoiled_vit / "blocks.0.attn.attn.npy")[0]  # (heads, L, L) of image 0
+    cls = first[:, 0, 1:]  # the class token's attention to the patches: what show draws per head
+    nan = int(np.isnan(cls).sum())
+    assert np.isnan(cls[0]).all() and np.isfinite(cls[1]).all()  # the oracle: head 0 NaN, head 1 fine
+    grid = hd(tmp_path, "show", spoiled_vit, "--key", "blocks.0.attn.attn", "-o", tmp_path / "g.png")
+    assert grid.returncode == 0
+    assert f"note: blocks.0.attn.attn holds {nan} NaN and 0 Inf of {cls.size} values, drawn in magenta" in (
+        grid.stderr
+    )
+    assert "1 of 2 drawn channels hold no finite value (0), drawn all magenta" in grid.stderr
+    assert "constant" not in grid.stderr
+    over = hd(
+        tmp_path, "show", spoiled_vit, "--key", "blocks.0.attn.attn", "--overlay", spoiled_vit.parent /
+        "chelsea.png", "-o", tmp_path / "o.png",
+    )  # fmt: skip
+    assert over.returncode == 0
+    assert f"note: blocks.0.attn.attn holds {nan} NaN and 0 Inf of {cls.size} values" in over.stderr
+    assert "head(s) 0 hold no finite value: drawn all magenta" in over.stderr
+    assert "attend evenly" not in over.stderr
+    rolled = hd(tmp_path, "show", spoiled_vit, "--rollout", "-o", tmp_path / "r.png")
+    assert rolled.returncode == 0
+    both = np.stack([np.load(spoiled_vit / f"blocks.{b}.attn.attn.npy")[0] for b in (0, 1)])
+    assert np.isnan(both[1]).all()  # blocks.1 wholly NaN: so is every value of the rollout
+    side = int(np.sqrt(first.shape[-1] - 1))
+    assert (
+        f"note: the attention of image 0 (blocks.0.attn.attn ... blocks.1.attn.attn) holds"
+        f" {int(np.isnan(both).sum()):,} NaN and 0 Inf of {both.size:,} values, the rollout holds"
+        f" {side * side} NaN and 0 Inf of {side * side} values, drawn in magenta"
+    ) in rolled.stderr
+    with Image.open(tmp_path / "r.png") as image:
+        assert (np.asarray(image.convert("RGB")) == (255, 0, 255)).all()

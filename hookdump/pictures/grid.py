@@ -22,7 +22,7 @@ from ..errors import UsageError
 from ..store import nonfinite
 from ..units import first_few
 from .colormap import paint
-from .maps import describe_nonfinite, to_unit
+from .maps import describe_nonfinite, no_finite, to_unit
 
 if TYPE_CHECKING:
     from ..store.tensorfile import Array
@@ -137,8 +137,15 @@ def scaled(maps: Array, channels: list[int], scale: str, name: str) -> tuple[Arr
         scale = "global"
         notes.append(f"{name}: the maps are 1x1 (one value per channel): drawn on one global scale instead")
     unit, low, high, flat = to_unit(maps, (1, 2) if scale == "channel" else None)
-    dull = [c for c, f in zip(channels, flat.ravel(), strict=False) if f]
-    if scale == "global" and flat.all():
+    empty = no_finite(maps)
+    if empty.any():
+        gone = [c for c, e in zip(channels, empty, strict=True) if e]
+        notes.append(
+            f"{name}: {len(gone)} of {len(maps)} drawn channels hold no finite value ({_some(gone)}),"
+            " drawn all magenta"
+        )
+    dull = [c for c, f, e in zip(channels, flat.ravel(), empty, strict=False) if f and not e]
+    if scale == "global" and flat.all() and not empty.all():
         notes.append(
             f"{name}: every drawn value is {float(low.flat[0]):g}: all tiles drawn as the lowest colour"
         )
