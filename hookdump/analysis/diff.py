@@ -20,6 +20,7 @@ from ..store.reader import Capture, floats
 from .captures import check_inputs, open_capture, pair_names
 
 CHUNK = 1 << 20  # elements of each side read at a time (8 MB in float64)
+EQUAL = "a NaN or an infinity equals only the same on the other side; the cosine leaves them out"
 
 
 @dataclass
@@ -41,8 +42,9 @@ class TensorDiff:
     elements: int = 0
     first_index: list[int] | None = None  # where the first element out of tolerance is
     first_values: list[str] | None = None  # A's and B's value there ("nan", "inf", "0.25")
-    nonfinite_a: int = 0  # NaN and infinities in A's tensor (B's): counted, never compared away
-    nonfinite_b: int = 0
+    # NaN and infinities in A's tensor (B's), of its values: counted and named, never compared away
+    nonfinite_a: nonfinite.Count = field(default_factory=nonfinite.Count)
+    nonfinite_b: nonfinite.Count = field(default_factory=nonfinite.Count)
 
     @property
     def ok(self) -> bool:
@@ -164,11 +166,9 @@ def diff(
         notes.append(f"--only-common: {len(only_a) + len(only_b)} tensor(s) on one side only, not compared")
     tensors = [compare_tensor(left, name, right, other, atol, rtol, chunk) for name, other in pairs]
     for t in tensors:  # NaN and Inf: named, whether or not they differ
-        if t.nonfinite_a or t.nonfinite_b:
-            notes.append(
-                f"{t.name} holds {t.nonfinite_a:,} NaN or Inf value(s) in `{a}` and {t.nonfinite_b:,} in"
-                f" `{b}` (the same non-finite value on both sides is equal; the cosine leaves them out)"
-            )
+        said = nonfinite.note(f"{t.name} in `{a}`", t.nonfinite_a)
+        said += nonfinite.note(f"{t.other} in `{b}`", t.nonfinite_b)
+        notes += [*said[:-1], f"{said[-1]}; {EQUAL}"] if said else []
     ran, how = forward_order(left, right, pairs, notes)
     first = min((t.name for t in tensors if not t.ok), key=ran.__getitem__, default=None)
     return DiffResult(a, b, atol, rtol, tensors, only_a, only_b, only_common, first, notes, how)
@@ -228,8 +228,8 @@ def compare_tensor(
                 rel[(scale == 0) & ~np.isinf(gap)] = 0.0  # relative to |b| where b is not 0 (else no size)
                 max_rel = max(max_rel, float(rel.max()))
             finite = np.isfinite(va) & np.isfinite(vb)
-            record.nonfinite_a += int(np.count_nonzero(~np.isfinite(va)))
-            record.nonfinite_b += int(np.count_nonzero(~np.isfinite(vb)))
+            record.nonfinite_a.add(va)
+            record.nonfinite_b.add(vb)
             both += int(np.count_nonzero(finite))
             fa, fb = va[finite], vb[finite]
             dot += float(fa @ fb)

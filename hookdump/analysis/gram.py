@@ -49,13 +49,18 @@ def gram_of(array: np.ndarray[Any, Any], bfloat16: bool = False, chunk: int = CH
             found = nonfinite.Count()
             for begin in range(0, features, step):
                 found.add(floats(x[:, begin : begin + step], bfloat16))
-            raise UsageError(
-                f"{what or 'The tensor'} holds {found.text()}: its similarity is not defined.",
-                "Leave it out with --layers (hookdump stats counts them in every tensor).",
-            )
+            raise refusal(what, found)
         matrix += block @ block.T
         sums += block.sum(axis=1)
     return Gram(matrix, sums, features)
+
+
+def refusal(what: str, found: nonfinite.Count) -> UsageError:
+    """Why a tensor that holds NaN or Inf is not compared, with its counts (``what`` names it)."""
+    return UsageError(
+        f"{what or 'The tensor'} holds {found.text()}: its similarity is not defined.",
+        "Leave it out with --layers (hookdump stats counts them in every tensor).",
+    )
 
 
 def available_memory() -> int:

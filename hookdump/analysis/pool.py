@@ -3,7 +3,8 @@
 ``(N, C, H, W)`` maps (``(N, H, W, C)`` where the manifest's layout is ``NHWC``) and of ``(N, L, C)`` tokens,
 the prefix tokens left out where the token map holds the patches and the prefix (the manifest's
 ``model.num_patch_tokens`` and ``num_prefix_tokens``), or the class token (the first) of a token map. A
-tensor with nothing to pool is left as it is, and said so. Read a few inputs at a time."""
+tensor with nothing to pool is left as it is, and said so; one that holds NaN or Inf is refused, with its
+counts, as it is without ``--reduce``. Read a few inputs at a time."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
+from ..store import nonfinite
 from ..store.reader import Capture, floats
+from .gram import refusal
 
 REDUCTIONS = ("none", "mean", "max", "cls")
 ROWS = 1 << 24  # values read at a time (128 MB in float64), whole inputs
@@ -64,12 +67,18 @@ def reduced(
     per_input = max(1, int(np.prod(shape[1:], dtype=np.int64)))
     step = max(1, ROWS // per_input)
     parts = []
+    found = nonfinite.Count()  # of the tensor's values, not the pooled ones: named as gram_of names them
     for start in range(0, shape[0], step):
-        part = pool(floats(bits[start : start + step], bfloat16), how, entry.get("layout") == "NHWC", prefix)
+        values = floats(bits[start : start + step], bfloat16)
+        found.add(values)
+        with np.errstate(all="ignore"):  # a NaN, inf - inf: refused below, never printed
+            part = pool(values, how, entry.get("layout") == "NHWC", prefix)
         if part is None:
             kept.append(name)
             return None
         parts.append(part)
+    if found:
+        raise refusal(f"`{name}` of `{capture.path}`", found)
     if prefix:
         prefixes[name] = prefix
     return np.concatenate(parts)

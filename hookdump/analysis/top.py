@@ -19,7 +19,7 @@ from ..pictures.contact import contact_sheet, tile
 from ..pictures.grid import _range
 from ..pictures.maps import feature_maps
 from ..pictures.windows import not_per_image
-from ..store import claims
+from ..store import claims, nonfinite
 from ..store.reader import Capture
 from ..store.tensorfile import Loaded, load
 from ..units import first_few
@@ -68,7 +68,8 @@ class TopResult:
         for c in self.channels:
             best = ", ".join(f"{Path(i['input']).name} {i['value']:.3g}" for i in c.inputs[:3])
             more = f", ... ({len(c.inputs)})" if len(c.inputs) > 3 else ""
-            lines.append(f"  channel {c.channel}: {best}{more}" + (f"  -> {c.png}" if c.png else ""))
+            left = f"{', ' * bool(best)}{len(c.excluded)} left out (NaN or infinite)" if c.excluded else ""
+            lines.append(f"  channel {c.channel}: {best}{more}{left}" + (f"  -> {c.png}" if c.png else ""))
         return "\n".join(lines + ([f"wrote {self.record}"] if self.record else []))
 
 
@@ -125,7 +126,8 @@ def _top(
 ) -> TopResult:
     """Rank, then (``writing``) stage a contact sheet per channel and ``top.json``."""
     excluded: dict[int, list[int]] = {}
-    best_value, best_index = _running_top(loaded, picked, k, by, vector, excluded)
+    counted = nonfinite.Count()
+    best_value, best_index = _running_top(loaded, picked, k, by, vector, excluded, counted)
     notes = [f"-k {k}: the capture holds {loaded.count} inputs"] if k > loaded.count else []
     if vector:
         reduced = ((loaded.manifest or {}).get("options") or {}).get("reduce")
@@ -148,6 +150,8 @@ def _top(
         if writing is not None and chosen:  # no finite score, no sheet: the note says why
             record.png = writing.stage(f"channel-{c}.png", _sheet(loaded, c, chosen, by, vector))
         result.append(record)
+    drawn = "the sheets draw them in magenta" if writing is not None and not vector else ""
+    notes += nonfinite.note(f"{layer} ({_span(picked)})", counted, drawn)
     notes += _excluded_note(layer, by, result)
     found = TopResult(capture.path, layer, by, k, result, notes)
     if writing is not None:
@@ -168,6 +172,11 @@ def _excluded_note(layer: str, by: str, channels: list[ChannelTop]) -> list[str]
         f" ({first_few([str(c.channel) for c in hit])}): their {score} is NaN or infinite"
         f" ({first_few(inputs)}); the JSON's `excluded` lists them per channel"
     ]
+
+
+def _span(picked: list[int]) -> str:
+    """``channel 3`` or ``channels 0:16`` (half-open, as --channels has it): the channels ranked."""
+    return f"channel {picked[0]}" if len(picked) == 1 else f"channels {picked[0]}:{picked[-1] + 1}"
 
 
 def _name(inputs: list[dict[str, Any]], i: int) -> str:
@@ -195,11 +204,18 @@ def _one_value_per_channel(loaded: Loaded) -> bool:
 
 
 def _running_top(
-    loaded: Loaded, picked: list[int], k: int, by: str, vector: bool, excluded: dict[int, list[int]]
+    loaded: Loaded,
+    picked: list[int],
+    k: int,
+    by: str,
+    vector: bool,
+    excluded: dict[int, list[int]],
+    found: nonfinite.Count,
 ) -> tuple[np.ndarray[Any, Any], ...]:
     """One pass over the inputs: the best ``k`` (value, input index) per channel, ties to the first input
     (a slot no finite score filled holds -inf); ``vector``: each channel's value is the entry itself. An
-    input whose score is NaN or infinite is not ranked in that channel: ``excluded[channel]`` lists it."""
+    input whose score is NaN or infinite is not ranked in that channel: ``excluded[channel]`` lists it;
+    ``found`` counts the NaN and Inf of every value read."""
     rows = np.array(picked)
     value = np.full((len(picked), 0), -np.inf)
     index = np.zeros((len(picked), 0), np.int64)
@@ -208,8 +224,10 @@ def _running_top(
     for i in range(loaded.count):
         if vector:
             score = loaded.image(i)[rows].astype(np.float64)
+            found.add(score)
         else:
             maps = feature_maps(loaded, i).maps[rows].reshape(len(picked), -1).astype(np.float64)
+            found.add(maps)
             with np.errstate(all="ignore"):  # inf - inf in a mean: NaN, said below
                 score = maps.max(axis=1) if by == "max" else maps.mean(axis=1)
         for row in np.flatnonzero(~np.isfinite(score)):  # not ranked: said, never dropped silently

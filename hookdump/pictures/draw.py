@@ -142,8 +142,9 @@ def _rollout(
     rendered = []
     with _Staged(outs, command, "--output") as staged:
         for i, out in zip(images, outs, strict=True):
-            unit, how, layers = rollout_of(loaded, i)
+            unit, how, layers, said = rollout_of(loaded, i)
             image, done = _heat_picture(layers[0], i, style, out, unit, how)
+            done.notes = said + done.notes  # NaN and Inf in the weights, counted
             staged.add(image, out)
             rendered.append(done)
         staged.commit()

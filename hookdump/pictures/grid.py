@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import UsageError
+from ..store import nonfinite
 from ..units import first_few
 from .colormap import paint
-from .maps import describe_nonfinite, to_unit
+from .maps import describe_nonfinite, no_finite, to_unit
 
 if TYPE_CHECKING:
     from ..store.tensorfile import Array
@@ -74,6 +75,8 @@ def grid(
     """Pick the channels, scale them, draw them under ``caption`` (plus a line on the choice and scaling)."""
     chosen, selection = select(maps, channels, top_k, max_channels, name)
     unit, how, notes = scaled(maps[chosen], chosen, scale, name)
+    if top_k is not None and channels is None:
+        notes += _ranked_nonfinite(maps, name)
     image, tiles, columns, tile, top = draw(
         unit, chosen, [*caption, f"{selection}; {how}; {colours}"], colours
     )
@@ -99,6 +102,19 @@ def select(
     return list(range(shown)), f"channels 0:{shown} of {count}"
 
 
+def _ranked_nonfinite(maps: Array, name: str) -> list[str]:
+    """What --top-k made of NaN and Inf (``select`` ranks by the finite values): which channels hold them,
+    counted over all the channels it ranked."""
+    bad = np.flatnonzero(~np.isfinite(maps.reshape(len(maps), -1)).all(axis=1))
+    if not bad.size:
+        return []
+    return [
+        f"--top-k: channel(s) {_some([int(c) for c in bad])} of {name} hold NaN or Inf"
+        f" ({nonfinite.count(maps).text()}): each is ranked by the mean |activation| of its finite values"
+        " (one with none, last)"
+    ]
+
+
 def _range(text: str, count: int, name: str) -> tuple[int, int]:
     """``A:B`` (either end may be left out) -> a non-empty half-open range inside ``0..count``."""
     fix = f"Use --channels A:B with 0 <= A < B <= {count} (half-open: 0:8 is channels 0 to 7)."
@@ -121,8 +137,15 @@ def scaled(maps: Array, channels: list[int], scale: str, name: str) -> tuple[Arr
         scale = "global"
         notes.append(f"{name}: the maps are 1x1 (one value per channel): drawn on one global scale instead")
     unit, low, high, flat = to_unit(maps, (1, 2) if scale == "channel" else None)
-    dull = [c for c, f in zip(channels, flat.ravel(), strict=False) if f]
-    if scale == "global" and flat.all():
+    empty = no_finite(maps)
+    if empty.any():
+        gone = [c for c, e in zip(channels, empty, strict=True) if e]
+        notes.append(
+            f"{name}: {len(gone)} of {len(maps)} drawn channels hold no finite value ({_some(gone)}),"
+            " drawn all magenta"
+        )
+    dull = [c for c, f, e in zip(channels, flat.ravel(), empty, strict=False) if f and not e]
+    if scale == "global" and flat.all() and not empty.all():
         notes.append(
             f"{name}: every drawn value is {float(low.flat[0]):g}: all tiles drawn as the lowest colour"
         )

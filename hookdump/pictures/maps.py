@@ -131,6 +131,12 @@ def to_unit(values: Array, axes: tuple[int, ...] | None) -> tuple[Array, Array, 
     return unit.astype(np.float32), low, high, flat
 
 
+def no_finite(values: Array) -> Array:
+    """Which maps (the first axis) hold no finite value at all: drawn all magenta, neither constant nor
+    flat."""
+    return np.asarray(~np.isfinite(values).reshape(len(values), -1).any(axis=1))
+
+
 def describe_nonfinite(name: str, values: Array, how: str) -> list[str]:
     """A note when ``values`` hold NaN or Inf, saying how they are drawn."""
     return nonfinite.note(name, nonfinite.count(values), how)

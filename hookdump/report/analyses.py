@@ -80,8 +80,10 @@ def _top(path: Path, out: Path, data: dict[str, Any], sha: str) -> TopSection:
         ranked = [
             {"index": int(i["index"]), "input": str(i["input"]), "value": float(i["value"])} for i in c["top"]
         ]
+        left = [{"index": int(i["index"]), "input": str(i["input"])} for i in c.get("excluded") or []]
         png = path.parent / Path(str(c["png"])).name if c.get("png") else None
-        sheets.append(ChannelSheet(int(c["channel"]), ranked, _figure(out, png) if png else Figure(None)))
+        figure = _figure(out, png) if png else Figure(None)
+        sheets.append(ChannelSheet(int(c["channel"]), ranked, figure, left))
     return TopSection(
         path.relative_to(out).as_posix(), str(data["layer"]), str(data["by"]), int(data["k"]), sheets,
         _stale(data, "out_manifest_sha256", sha, "top ..."),

@@ -91,10 +91,17 @@ def top_section(t: TopSection) -> str:
             for n, i in enumerate(sheet.top, 1)
         )
         caption = f"channel {sheet.channel}, top {len(sheet.top)} by {e(t.by)}: {ranked}"
-        figures.append(
-            f'<div class="channel" data-channel="{sheet.channel}">'
-            f"{_img(sheet.picture, f'top inputs of channel {sheet.channel}', caption)}</div>"
+        if sheet.excluded:  # a score that is NaN or infinite: not ranked, said
+            left = ", ".join(
+                f"{e(PurePosixPath(str(i['input'])).name)} (input {i['index']})" for i in sheet.excluded
+            )
+            caption += f"{'; ' * bool(sheet.top)}left out ({e(t.by)} NaN or infinite): {left}"
+        drawn = (
+            _img(sheet.picture, f"top inputs of channel {sheet.channel}", caption)
+            if sheet.top
+            else f'<p class="none">No picture: no input has a finite {e(t.by)} here. {caption}</p>'
         )
+        figures.append(f'<div class="channel" data-channel="{sheet.channel}">{drawn}</div>')
     return (
         f'<section class="analysis top" id="{top_id(t)}"><h2>top: {e(t.layer)}'
         f' <span class="kind">top {t.k} by {e(t.by)}</span></h2>'

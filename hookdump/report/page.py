@@ -4,11 +4,13 @@ file from the network; links relative to the capture folder. Never prints."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from ..store import nonfinite
 from ..store.manifest import MANIFEST
-from ..store.stats import number, percent
+from ..store.stats import FINITE_ONLY, number, percent
 from ..version import __version__
 from .analyses_page import analyses_toc, compare_section, top_section
 from .markup import anchor
@@ -37,7 +39,7 @@ table.kv th{white-space:nowrap}table.stats td{text-align:right;font-variant-nume
 background:#e3e8f0;color:#33415c;vertical-align:middle}
 .k-output{background:#dcebff;color:#174a9c}.k-input{background:#e0f3e4;color:#1d6b32}
 .k-grad{background:#fbe5cf;color:#8a4b09}.k-attn{background:#efe1fb;color:#5d2a8c}
-.flag{background:#ffd9d6;color:#9b0000}
+.flag{background:#ffd9d6;color:#9b0000}.bad-note{color:#9b0000;margin:8px 0 0}
 nav ol{columns:3 300px;margin:6px 0 0;padding-left:22px}nav li{break-inside:avoid;margin:1px 0}
 .meta{margin:0 0 8px;color:#3b4354}.none{color:#5b6475;font-style:italic}
 figure{margin:10px 0 0}figcaption{font-size:13px;color:#5b6475;margin-top:4px}
@@ -255,5 +257,15 @@ def _section(s: Section, first: str, images: int) -> str:
     cls = "tensor bad-values" if _bad(s) else "tensor"
     return (
         f'<section class="{cls}" id="{_anchor(s)}"><h2>{_e(s.name)} {_kind(s)}{flag}</h2>{meta}'
-        f"{_stats(s)}{picture}</section>"
+        f"{_stats(s)}{_nonfinite(s)}{picture}</section>"
+    )
+
+
+def _nonfinite(s: Section) -> str:
+    """The NaN and Inf the tensor holds, in words (the one phrasing of ``store.nonfinite``), and how the
+    numbers and the picture treat them; nothing when it holds none."""
+    found = nonfinite.Count(int(s.stats.get("nan") or 0), int(s.stats.get("inf") or 0), math.prod(s.shape))
+    drawn = "; the picture draws them in magenta" if s.picture else ""
+    return "".join(
+        f'<p class="bad-note">{_e(line)}.</p>' for line in nonfinite.note(s.name, found, FINITE_ONLY + drawn)
     )

@@ -71,11 +71,13 @@ class CompareSection:
 
 @dataclass
 class ChannelSheet:
-    """One channel of a ``top`` result: its top inputs (``index``, ``input``, ``value``) and sheet."""
+    """One channel of a ``top`` result: its top inputs (``index``, ``input``, ``value``) and sheet, and the
+    inputs (``index``, ``input``) it left out for a score that is NaN or infinite."""
 
     channel: int
     top: list[dict[str, Any]]
     picture: Figure
+    excluded: list[dict[str, Any]] = field(default_factory=list)  # NaN or infinite score: not ranked
 
 
 @dataclass

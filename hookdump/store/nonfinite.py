@@ -26,8 +26,10 @@ class Count:
     def add(self, values: np.ndarray[Any, Any]) -> Count:
         """Count ``values`` too (any array); returns itself."""
         if values.dtype.kind in "fc":
-            self.nan += int(np.count_nonzero(np.isnan(values)))
-            self.inf += int(np.count_nonzero(np.isinf(values)))
+            bad = int(values.size - np.count_nonzero(np.isfinite(values)))
+            nan = int(np.count_nonzero(np.isnan(values))) if bad else 0  # one pass when all are finite
+            self.nan += nan
+            self.inf += bad - nan
         self.total += int(values.size)
         return self
 

@@ -23,6 +23,7 @@ from .reader import Capture
 CHUNK_ELEMENTS = 1 << 22  # rows are read about this many values at a time (16 MB of float32)
 PIECE = 1 << 15  # values of a row summed together in float64 (256 KB), the pieces' sums then added exactly
 KEYS = ("min", "max", "mean", "std", "zeros", "nan", "inf")
+FINITE_ONLY = "counted apart: min, max, mean and std are of the finite values"
 
 
 class Accumulator:
@@ -199,7 +200,13 @@ def collect(out: Path) -> tuple[list[dict[str, Any]], list[str]]:
             computed.append(name)
         row = {"name": name, "file": entry["file"], "shape": list(entry["shape"]), "dtype": entry["dtype"]}
         rows.append({**row, **{k: stats[k] for k in KEYS}, "source": source})
-    notes = []
+    notes = [
+        line
+        for r in rows
+        for line in nonfinite.note(
+            r["name"], nonfinite.Count(r["nan"], r["inf"], math.prod(r["shape"])), FINITE_ONLY
+        )
+    ]
     if computed:
         notes.append(
             f"{out}/manifest.json records no stats for {len(computed)} of {len(rows)} tensor(s) (a capture"
