@@ -234,6 +234,8 @@ def plan(
     if progress is not None:  # the inputs it captures (a shard's); under torchrun each rank checks its own
         outdir.check_same_run(progress, record, [str(p) for p in paths])
         outdir.check_inputs_unchanged(opts.out, progress)
+    elif opts.resume and source is not None and outdir.nothing_written(opts.out):
+        notes.append(outdir.starts_again(opts.out))  # killed before its first batch: the writer starts over
     if decode and source is not None:  # what the run decodes (this shard's): refused where it would be
         paths = files.decode_all(paths, config, skipped if opts.skip_bad else None)
         if skipped:
