@@ -149,9 +149,11 @@ def plan(
     transform: Transform | None = None,
     **option_values: Any,
 ) -> CapturePlan:
-    """Check everything a capture would before its first forward pass, in the same order, and fail where
-    it would: options, output folder, model name, device, weights (names and shapes), inputs, layers
-    (traced on the meta device). The real model is not built (unless the model cannot run on meta).
+    """The preflight ``capture`` runs before its first batch, and ``--dry-run`` is: check everything that
+    needs no batch and fail where the run would: options, output folder, model name, device, weights
+    (names and shapes), inputs, layers (traced on the meta device). The real model is not built, unless
+    the model cannot run on meta or its weights are ``--pretrained`` ones (only getting them tells whether
+    they can be had; the run reuses what was loaded).
 
     Args:
         model, transform: as for ``capture``.
@@ -164,6 +166,7 @@ def plan(
     opts = dataclasses.replace(options or CaptureOptions(), **option_values)
     opts = dataclasses.replace(opts, out=Path(opts.out), formats=sinks.parse_formats(opts.formats))
     checks.check_options(opts)
+    on_ranks = parallel.world()[1] > 1 and opts.shard is None  # torchrun: each rank plans its shard again
     spec = _model_spec(model, transform)
     source = images if isinstance(images, InputSpec) or images is None else InputSpec(paths=tuple(images))
     size = source.input_size if source is not None else input_size
@@ -246,6 +249,8 @@ def plan(
     needed = budget.total(sizes, opts)
     notes += filter(None, [budget.shard_size_note(sizes, opts)])
     budget.check_fits(needed, opts.out, already=_bytes_in(opts.out / outdir.SCRATCH) if opts.resume else 0)
+    if spec.pretrained and not (progress or {}).get("committing") and not on_ranks:
+        load_real()  # weights from a hub or a download: only getting them tells whether they can be had
     return CapturePlan(
         tree, targets, spec, opts, source, paths, config, notes, load_real, sizes, needed, skipped, progress,
         shard, save_as, channels_last, prefix_tokens, class_token, origin.record, origin.rerun,

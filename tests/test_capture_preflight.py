@@ -4,6 +4,7 @@ real console script, ends with the same exit code and the same error paragraph, 
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import forkrun
 import pytest
 import timm
+import torch
 import transformers
 from conftest import SKIMAGE_DATA
 from safetensors.torch import save_file
@@ -52,7 +54,23 @@ def _out_is_a_file(tmp: Path) -> None:
     (tmp / "out").write_bytes(b"mine")
 
 
-Setup = Callable[[Path], None] | None
+def _hub_unreachable(tmp: Path) -> dict[str, str]:
+    """timm's hub a closed port on loopback (refused at once), its cache empty: --pretrained cannot be had."""
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE" and "proxy" not in k.lower()}
+    return {**env, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(tmp / "hub")}
+
+
+def _download_refused(tmp: Path) -> dict[str, str]:
+    """torch.hub's cache empty (made here: torch.hub makes it on a download) and every download refused (a
+    proxy on a closed port)."""
+    refuse = "http://127.0.0.1:9"
+    (tmp / "torch" / "hub" / "checkpoints").mkdir(parents=True)
+    return {**os.environ, "TORCH_HOME": str(tmp / "torch"), "HTTPS_PROXY": refuse, "https_proxy": refuse,
+            "NO_PROXY": "", "no_proxy": ""}  # fmt: skip
+
+
+#: Makes what a case needs in its folder; returns the environment to run in, or None for this one.
+Setup = Callable[[Path], dict[str, str] | None] | None
 CASES: list[tuple[str, int, tuple[str, ...], Setup]] = [
     ("unknown-layer", 3, (*TINY, "-l", "nosuch", "--random-input"), None),
     ("container", 3, ("-m", "twins_svt_small", "-l", "pos_block", "--random-input"), None),
@@ -74,6 +92,10 @@ CASES: list[tuple[str, int, tuple[str, ...], Setup]] = [
     ("input-not-an-image", 4, (*TINY, "-l", "layer1", "text.png"), _unreadable_photo),
     ("out-in-the-way", 2, (*TINY, "-l", "layer1", "--random-input"), _in_the_way),
     ("out-is-a-file", 2, (*TINY, "-l", "layer1", "--random-input"), _out_is_a_file),
+    ("pretrained-not-to-be-had", 4, (*TINY, "-l", "layer1", "--pretrained", "--random-input"),
+     _hub_unreachable),
+    ("tv-pretrained-not-to-be-had", 4, ("-m", "tv:resnet18", "-l", "fc", "--pretrained", "--random-input"),
+     _download_refused),
 ]  # fmt: skip
 
 
@@ -85,11 +107,10 @@ def _error(proc: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.parametrize(("code", "args", "setup"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_dry_run_and_run_refuse_alike(tmp_path: Path, code: int, args: tuple[str, ...], setup: Setup) -> None:
-    if setup is not None:
-        setup(tmp_path)
+    env = setup(tmp_path) if setup is not None else None
     before = sorted(p.name for p in tmp_path.rglob("*"))
-    run = forkrun.run(["capture", *args, "-o", "out"], cwd=tmp_path)
-    dry = forkrun.run(["capture", *args, "-o", "out", "--dry-run"], cwd=tmp_path)
+    run = forkrun.run(["capture", *args, "-o", "out"], cwd=tmp_path, env=env)
+    dry = forkrun.run(["capture", *args, "-o", "out", "--dry-run"], cwd=tmp_path, env=env)
     assert (run.returncode, dry.returncode) == (code, code), (run.stderr, dry.stderr)
     assert _error(run) == _error(dry)
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # neither wrote anything
@@ -109,3 +130,23 @@ def test_a_dry_run_that_passes_is_a_run_that_runs(tmp_path: Path) -> None:
         "layer1.npy",
         "manifest.json",
     ]
+
+
+def test_pretrained_weights_in_the_cache_pass_the_dry_run_and_the_run(tmp_path: Path) -> None:
+    """The other side of the two cases above: the hub still unreachable, the weights in its cache (filled
+    by hand, nothing downloaded): both go through."""
+    torch.manual_seed(5)
+    model = timm.create_model("test_resnet").eval()
+    repo, commit = tmp_path / "hub" / "models--timm--test_resnet.r160_in1k", "0" * 40
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    save_file(model.state_dict(), str(repo / "snapshots" / commit / "model.safetensors"))
+    args = ["capture", *TINY, "-l", "fc", "--pretrained", "--random-input", "-o", "out"]
+    env = _hub_unreachable(tmp_path)
+    dry = forkrun.run([*args, "--dry-run"], cwd=tmp_path, env=env)
+    assert dry.returncode == 0 and "would hook 1 module(s)" in dry.stdout, dry.stderr
+    assert not (tmp_path / "out").exists()
+    run = forkrun.run(args, cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "note: weights: timm pretrained (from the local cache:" in run.stderr
