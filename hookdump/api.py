@@ -17,7 +17,7 @@ from .capture import budget, checks, header, parallel, reduce, run, scores
 from .capture.options import CaptureOptions
 from .capture.results import CapturePlan, CaptureResult, ModuleTree, from_manifest
 from .errors import UsageError
-from .inputs import files, transforms
+from .inputs import files, loader, transforms
 from .inputs.files import InputSpec
 from .model import attention, inventory, layers, layouts, sources
 from .model.device import resolve_device
@@ -240,6 +240,8 @@ def plan(
     elif opts.resume and source is not None and outdir.nothing_written(opts.out):
         notes.append(outdir.starts_again(opts.out))  # killed before its first batch: the writer starts over
     if decode and source is not None:  # what the run decodes (this shard's): refused where it would be
+        if config.get("callable") is not None:  # a caller's transform, run as the run runs it: its sizes
+            notes += loader.planned_sizes(paths, config, opts.batch_size, opts.skip_bad)
         paths = files.decode_all(paths, config, skipped if opts.skip_bad else None)
         if skipped:
             why = f": {skipped[0]['reason']}" if len(skipped) == 1 else ""
