@@ -17,7 +17,7 @@ from .capture import budget, checks, header, parallel, reduce, run, scores
 from .capture.options import CaptureOptions
 from .capture.results import CapturePlan, CaptureResult, ModuleTree, from_manifest
 from .errors import UsageError
-from .inputs import files, transforms
+from .inputs import files, loader, transforms
 from .inputs.files import InputSpec
 from .model import attention, inventory, layers, layouts, sources
 from .model.device import resolve_device
@@ -149,9 +149,11 @@ def plan(
     transform: Transform | None = None,
     **option_values: Any,
 ) -> CapturePlan:
-    """Check everything a capture would before its first forward pass, in the same order, and fail where
-    it would: options, output folder, model name, device, weights (names and shapes), inputs, layers
-    (traced on the meta device). The real model is not built (unless the model cannot run on meta).
+    """The preflight ``capture`` runs before its first batch, and ``--dry-run`` is: check everything that
+    needs no batch and fail where the run would: options, output folder, model name, device, weights
+    (names and shapes), inputs, layers (traced on the meta device). The real model is not built, unless
+    the model cannot run on meta or its weights are ``--pretrained`` ones (only getting them tells whether
+    they can be had; the run reuses what was loaded).
 
     Args:
         model, transform: as for ``capture``.
@@ -164,6 +166,7 @@ def plan(
     opts = dataclasses.replace(options or CaptureOptions(), **option_values)
     opts = dataclasses.replace(opts, out=Path(opts.out), formats=sinks.parse_formats(opts.formats))
     checks.check_options(opts)
+    on_ranks = parallel.world()[1] > 1 and opts.shard is None  # torchrun: each rank plans its shard again
     spec = _model_spec(model, transform)
     source = images if isinstance(images, InputSpec) or images is None else InputSpec(paths=tuple(images))
     size = source.input_size if source is not None else input_size
@@ -234,7 +237,11 @@ def plan(
     if progress is not None:  # the inputs it captures (a shard's); under torchrun each rank checks its own
         outdir.check_same_run(progress, record, [str(p) for p in paths])
         outdir.check_inputs_unchanged(opts.out, progress)
+    elif opts.resume and source is not None and outdir.nothing_written(opts.out):
+        notes.append(outdir.starts_again(opts.out))  # killed before its first batch: the writer starts over
     if decode and source is not None:  # what the run decodes (this shard's): refused where it would be
+        if config.get("callable") is not None:  # a caller's transform, run as the run runs it: its sizes
+            notes += loader.planned_sizes(paths, config, opts.batch_size, opts.skip_bad)
         paths = files.decode_all(paths, config, skipped if opts.skip_bad else None)
         if skipped:
             why = f": {skipped[0]['reason']}" if len(skipped) == 1 else ""
@@ -244,6 +251,8 @@ def plan(
     needed = budget.total(sizes, opts)
     notes += filter(None, [budget.shard_size_note(sizes, opts)])
     budget.check_fits(needed, opts.out, already=_bytes_in(opts.out / outdir.SCRATCH) if opts.resume else 0)
+    if spec.pretrained and not (progress or {}).get("committing") and not on_ranks:
+        load_real()  # weights from a hub or a download: only getting them tells whether they can be had
     return CapturePlan(
         tree, targets, spec, opts, source, paths, config, notes, load_real, sizes, needed, skipped, progress,
         shard, save_as, channels_last, prefix_tokens, class_token, origin.record, origin.rerun,

@@ -283,3 +283,33 @@ def test_sigterm_to_torchrun_while_a_finished_rank_waits_for_the_others(
     done = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=600, env=resume)
     assert done.returncode == 0, done.stderr[-3000:]
     _same_capture(tmp_path / "one", out)
+
+
+# --- issue 35 item 9: kill -9 before the first batch reached the disk -------------------------------------
+
+
+@pytest.mark.parametrize("point", ["opened", "started"])
+def test_a_capture_killed_before_its_first_batch_never_blocks_the_next(tmp_path: Path, point: str) -> None:
+    """Killed with the scratch folder empty (``opened``: while the model loads) or holding only the run's
+    record (``started``): a plain rerun starts, ``--resume`` starts from the first input and says so (its
+    dry run too, writing nothing); both end with the bytes of an uninterrupted capture."""
+    photos = _photos(tmp_path / "photos", 4)
+    args = ("capture", "-m", "test_resnet", "--input-size", "3,32,32", "-l", "layer1", "--batch-size", "2",
+            photos, "--workers", "0")  # fmt: skip
+    assert _run(*args, "-o", tmp_path / "whole").returncode == 0
+    for how in ((), ("--resume",)):
+        out = tmp_path / f"out{len(how)}"
+        killed = _run(*args, "-o", out, env={"HOOKDUMP_TEST_KILL_AT": point})
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        scratch = out / ".hookdump-partial"
+        assert sorted(p.name for p in scratch.iterdir()) == ([] if point == "opened" else ["run.json"])
+        said = f"note: --resume: the capture interrupted in {out} had written no batch yet: it starts from"
+        if how:
+            dry = _run(*args, "-o", out, *how, "--dry-run")
+            assert dry.returncode == 0 and said in dry.stderr, dry.stderr
+            assert scratch.is_dir() and not (out / "manifest.json").exists()  # the dry run wrote nothing
+        done = _run(*args, "-o", out, *how)
+        assert done.returncode == 0, done.stderr
+        assert (said in done.stderr) == bool(how), done.stderr
+        assert not scratch.exists()
+        _same_capture(tmp_path / "whole", out)

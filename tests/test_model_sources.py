@@ -28,7 +28,7 @@ from torchvision import transforms as T
 from torchvision.models.feature_extraction import create_feature_extractor
 
 from hookdump import api
-from hookdump.errors import HookdumpError, InputError, LayerError, UsageError
+from hookdump.errors import HookdumpError, LayerError, UsageError
 from hookdump.inputs.transforms import eval_transform
 from hookdump.model.sources import module as module_source
 from hookdump.model.sources import tv as torchvision_source
@@ -420,26 +420,6 @@ def test_a_module_is_untouched_after_an_error_and_after_an_interrupt(chelsea: Pa
         api.capture(photos, ["head"], **(again | {"model": net, "transform": wider}))  # another transform
     done = api.capture(photos, ["head"], **(again | {"model": net}))
     assert "resumed after 1 of 2 images" in done.notes
-
-
-@pytest.mark.parametrize("batch_size", [1, 2])
-def test_a_transform_that_fixes_no_size_is_refused_naming_the_sizes(tmp_path: Path, batch_size: int) -> None:
-    """Issue 35 item 10: a caller's transform that gives images of their own sizes (here no resize at all)
-    is an input error naming which input had which size, not torch.stack's RuntimeError (batch of 2) or a
-    layer blamed for it (batch of 1)."""
-    photos = tmp_path / "p"
-    photos.mkdir()
-    for name in ("astronaut.png", "chelsea.png"):  # 512 x 512, then 451 x 300
-        shutil.copy(SKIMAGE_DATA / name, photos / name)
-    loose = T.Compose([T.ToTensor(), T.Normalize([0.5] * 3, [0.25] * 3)])
-    out = tmp_path / "o"
-    with pytest.raises(InputError) as refused:
-        api.capture([str(photos)], ["head"], model=_net(), transform=loose, out=out, batch_size=batch_size)
-    message = refused.value.message
-    assert f"(`{photos / 'astronaut.png'}`: (3, 512, 512))" in message
-    assert f"`{photos / 'chelsea.png'}`: (3, 300, 451)" in message and "must have one size" in message
-    assert "CenterCrop" in (refused.value.hint or "") and refused.value.exit_code == 4
-    assert not out.exists()
 
 
 def test_a_module_without_a_transform_needs_a_pretrained_cfg(chelsea: Path, tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from ..model.spec import ResolvedName
 from ..store import manifest, profile, sinks
 from ..store.reader import finished_manifest
 from ..store.records import Captured, Key
-from . import header, parallel
+from . import header, parallel, shapes
 from .behind import Behind
 from .compiled import Compiled
 from .options import CaptureOptions
@@ -63,6 +63,7 @@ def run(
         if writer.resumed is not None:
             recorder.restore(writer.resumed["recorder"])
         run = Run(torch_device, opts.dtype, opts.channels_last, opts.grad, opts.target)
+        watch = shapes.Watch(found.paths, found.config["input_size"], writer.streams)
 
         writer.start({"options": options_record, "inputs": input_list})
 
@@ -78,6 +79,7 @@ def run(
         behind = Behind(write)
 
         def sink(tensors: dict[Key, torch.Tensor], batch: loader.Batch, classes: list[int]) -> None:
+            watch.check(tensors)
             state.advance(batch, classes)
             progress = state.progress(len(input_list), recorder)
             start = profile.clock()
@@ -96,7 +98,8 @@ def run(
         profile.reset()
         loop = profile.add("setup", started)
         try:
-            forward_all(net, recorder, _timed(batches), run, name.requested, sink, compiled)
+            with watch.blaming_sizes(name.requested):
+                forward_all(net, recorder, _timed(batches, watch), run, name.requested, sink, compiled)
             start = profile.add("loop", loop)
             behind.close()
             profile.add("writer drain", start)
@@ -124,6 +127,7 @@ def run(
             notes.append(f"resumed after {writer.resumed['images']} of {len(found.paths)} images")
         if state.skipped:
             notes.append(skipped_note(state.skipped))
+        notes += filter(None, [watch.note()])
         notes += writer.nonfinite_notes(results)  # NaN / Inf in a saved tensor, naming it
         records = input_records(
             [p for p in found.paths if str(p) not in state.skipped_paths], source, found.config, writer.hashes
@@ -217,11 +221,15 @@ def _batches(found: CapturePlan, done: int) -> Generator[loader.Batch, None, Non
     yield from loader.batches(rest, found.config, opts.batch_size, workers, opts.skip_bad, pin)
 
 
-def _timed(batches: Generator[loader.Batch, None, None]) -> Generator[loader.Batch, None, None]:
-    """``batches``, with the time spent waiting for each added to the profile's ``decode``."""
+def _timed(
+    batches: Generator[loader.Batch, None, None], watch: shapes.Watch
+) -> Generator[loader.Batch, None, None]:
+    """``batches``, each shown to ``watch``, with the time spent waiting for each added to the profile's
+    ``decode``."""
     start = profile.clock()
     for batch in batches:
         profile.add("decode", start)
+        watch.batch(batch)
         yield batch
         start = profile.clock()
 

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..errors import InputError
-from ..units import first_few
+from . import sizes
 from .images import open_image
 from .transforms import eval_transform, model_mode
 
@@ -61,29 +61,17 @@ _Collated = tuple[
 ]
 
 
-def _collate(items: list[tuple[int, torch.Tensor | None, str, str]], size: tuple[int, ...]) -> _Collated:
-    """Stack the decoded images (in the worker); keep the failures as (index, reason, hint), and the images
-    of another size than ``size`` (a caller's transform that fixes none) as (index, shape), unstacked."""
+def _collate(
+    items: list[tuple[int, torch.Tensor | None, str, str]], size: tuple[int, ...] | None
+) -> _Collated:
+    """Stack the decoded images (in the worker); keep the failures as (index, reason, hint). When one has
+    another size than ``size`` (a caller's transform that fixes none), nothing is stacked: each image's
+    (index, size) comes back instead (None: one image a batch, any size)."""
     good = [(i, t) for i, t, _, _ in items if t is not None]
-    odd = [(i, tuple(t.shape)) for i, t in good if tuple(t.shape) != size]
+    odd = size is not None and any(tuple(t.shape) != size for _, t in good)
     stacked = torch.stack([t for _, t in good]) if good and not odd else None
-    return [i for i, _ in good], stacked, [(i, m, h) for i, t, m, h in items if t is None], odd
-
-
-def other_sizes(
-    paths: list[Path], first: Path, size: tuple[int, ...], odd: list[tuple[int, tuple[int, ...]]]
-) -> InputError:
-    """The transform made inputs of other sizes than the first input's: which had which."""
-    sizes: dict[tuple[int, ...], list[str]] = {}
-    for i, shape in odd:
-        sizes.setdefault(shape, []).append(f"`{paths[i]}`")
-    listed = "; ".join(f"{first_few(names)}: {shape}" for shape, names in sizes.items())
-    return InputError(
-        f"transform= made inputs of other sizes than the first (`{first}`: {size}): {listed}. hookdump stacks"
-        " the inputs into batches, and each layer's file holds one shape, so every input must have one size.",
-        "End the transform with a fixed size (e.g. Resize(256) then CenterCrop(224)); batch_size=1 does not"
-        " help: the run is planned, and each layer's file shaped, for the first input's size.",
-    )
+    shapes = [(i, tuple(t.shape)) for i, t in good] if odd else []
+    return [i for i, _ in good], stacked, [(i, m, h) for i, t, m, h in items if t is None], shapes
 
 
 def batches(
@@ -98,7 +86,8 @@ def batches(
     (pinned memory for a fast copy to the GPU).
 
     An image that cannot be decoded stops the run (an InputError naming it) unless ``skip_bad``: then it is
-    left out of its batch and reported in ``Batch.failed``.
+    left out of its batch and reported in ``Batch.failed``. Images of other sizes than ``config``'s (a
+    caller's transform that fixes none) stop it when stacked; one a batch, they go through.
     """
     size = tuple(config["input_size"])
     loader = DataLoader(
@@ -106,7 +95,7 @@ def batches(
         batch_size=batch_size,
         shuffle=False,
         num_workers=workers,
-        collate_fn=functools.partial(_collate, size=size),
+        collate_fn=functools.partial(_collate, size=size if batch_size > 1 else None),
         pin_memory=pin_memory,
         worker_init_fn=_leave_signals_to_the_main_process if workers else None,
     )
@@ -114,7 +103,7 @@ def batches(
     try:
         for kept, stacked, failures, odd in iterator:
             if odd:
-                raise other_sizes(paths, paths[0], size, odd)
+                raise sizes.unstackable(paths, size, odd, batch_size)
             if failures and not skip_bad:
                 _, message, hint = failures[0]
                 raise InputError(message, hint or None)
@@ -139,3 +128,13 @@ def _stop_workers(iterator: Iterator[Any]) -> None:
     shutdown = getattr(iterator, "_shutdown_workers", None)  # DataLoader's own; absent with workers=0
     if shutdown is not None:
         shutdown()
+
+
+def planned_sizes(paths: list[Path], config: dict[str, Any], batch_size: int, skip_bad: bool) -> list[str]:
+    """``--dry-run`` with a caller's transform: every input decoded and transformed into batches as the run
+    makes them, refused where the run would refuse them; a note when they have several sizes."""
+    seen = sizes.Seen()
+    for batch in batches(paths, config, batch_size, 0, skip_bad):
+        if batch.tensor is not None:
+            seen.add(tuple(batch.tensor.shape[1:]), batch.paths)
+    return list(filter(None, [seen.note(planned=True)]))

@@ -86,6 +86,11 @@ def callable_config(
     size = tuple(input_size) if input_size is not None else tuple(made.shape)
     if input_size is not None:
         _check_fits_memory(input_size)
+    if paths and size != tuple(made.shape):  # the inputs would reach the model at another size than planned
+        raise UsageError(
+            f"transform= made {tuple(made.shape)} of {where}, and the input size given is {size}.",
+            "Leave the input size out (the transform's size is used), or make the transform give it.",
+        )
     kind = f"{type(transform).__module__}.{type(transform).__qualname__}"
     return {
         "input_size": size, "mean": None, "std": None, "interpolation": None, "crop_pct": None,

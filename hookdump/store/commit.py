@@ -30,8 +30,8 @@ from .reader import read_manifest
 
 def kill_at(point: str) -> None:
     """Test seam: ``HOOKDUMP_TEST_KILL_AT=point`` SIGKILLs this process there, as a power cut would
-    (``started``: the run's record written, no batch yet; ``checkpoint-N``: after the N-th batch's
-    checkpoint; ``commit-staged``, ``commit-moves``,
+    (``opened``: the scratch folder made, the model not yet loaded; ``started``: the run's record written,
+    no batch yet; ``checkpoint-N``: after the N-th batch's checkpoint; ``commit-staged``, ``commit-moves``,
     ``commit-done``: in the final moves)."""
     if os.environ.get("HOOKDUMP_TEST_KILL_AT") == point:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -131,9 +131,15 @@ def check(out: Path, overwrite: bool, resume: bool) -> None:
 
 def nothing_written(out: Path) -> bool:
     """Whether ``out`` holds a capture stopped (``kill -9``) before its first batch reached the disk: its
-    scratch folder has the run's record (``run.json``) and no checkpoint."""
+    scratch folder holds no checkpoint (the run's record ``run.json`` at most, or nothing: stopped while
+    the model loaded)."""
     scratch = out / SCRATCH
-    return (scratch / RUN).is_file() and not (scratch / PROGRESS).exists() and committing(out) is None
+    return scratch.is_dir() and not (scratch / PROGRESS).exists() and committing(out) is None
+
+
+def starts_again(out: Path) -> str:
+    """The note of a ``--resume`` that finds only what ``nothing_written`` recognises."""
+    return f"--resume: the capture interrupted in {out} had written no batch yet: it starts from the first"
 
 
 def progress_text(progress: dict[str, Any]) -> str:

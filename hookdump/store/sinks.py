@@ -118,16 +118,13 @@ class Writer:
                     return self
             outdir.check(self.out, self.overwrite, self.resume)  # again, now that no other run writes here
             if self.resume and outdir.nothing_written(self.out):
-                self.resume = False
-                self.notes.append(
-                    f"--resume: the capture interrupted in {self.out} had written no batch yet: it starts"
-                    " from the first"
-                )
+                self.resume = False  # the preflight said so (``outdir.starts_again``): from the first batch
             if self.resume:
                 self._reopen()
             else:
                 self._clear_scratch()
                 self.scratch.mkdir()
+                commit.kill_at("opened")
         except BaseException:
             self.__exit__()
             raise
