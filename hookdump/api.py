@@ -213,7 +213,7 @@ def plan(
     class_token = getattr(typed, "cls_token", None) is not None  # timm's ViT family: None without one
     shapes = {t.path: found.get(t.path).output_shapes for t in targets}  # type: ignore[union-attr]
     notes = transform_notes + walk_notes + resolved
-    notes += reduce.check(opts.reduce, shapes, class_token, name.requested)
+    notes += reduce.check(opts.reduce, shapes, class_token, name.requested, reduce.token_layout(typed))
     layouts.check_reduce(opts.reduce, shapes)
     save_as: dict[str, tuple[str, str]] = {}
     if opts.attention:

@@ -106,6 +106,34 @@ def test_reduce_cls_on_a_layer_without_tokens_names_the_layer(tmp_path: Path, ch
     assert "timm" not in text and "class token" not in text
 
 
+def test_reduce_cls_on_the_patch_tokens_alone_is_refused(tmp_path: Path, chelsea: Path) -> None:
+    """The patch embedding's tokens come before the class token joins them: their first token is a patch,
+    which --reduce cls saved as the class token before (a silent wrong value). timm's ViT and an hf ViT;
+    a block of the same model (class token first) runs."""
+    folder = tmp_path / "vit"
+    config = transformers.ViTConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32
+    )
+    transformers.ViTModel(config).save_pretrained(folder)
+    for model, layer, patches in [
+        ("vit_tiny_patch16_224", "patch_embed", 196),
+        (f"hf:{folder}", "embeddings.patch_embeddings", 4),
+    ]:
+        done = hd(tmp_path, "capture", "-m", model, "-l", layer, "--reduce", "cls", "--dry-run", chelsea)
+        assert done.returncode == 2, done.stderr
+        paragraph(done.stderr, f"{layer} holds the {patches} patch tokens alone", "--reduce mean")
+    done = hd(tmp_path, "capture", "-m", "vit_tiny_patch16_224", "-l", "blocks.0", "--reduce", "cls", chelsea)
+    assert done.returncode == 0, done.stderr
+    assert np.load(tmp_path / "hookdump-out" / "blocks.0.npy").shape == (1, 192)
+
+
+def test_feat_levels_on_a_tv_model_without_them_speak_of_that_model(tmp_path: Path, chelsea: Path) -> None:
+    """tv:alexnet declares no stages: the refusal names it, not timm's feature_info alone."""
+    done = hd(tmp_path, "capture", "-m", "tv:alexnet", "-l", "feat:0", "--dry-run", chelsea)
+    assert done.returncode == 3, done.stderr
+    paragraph(done.stderr, "tv:alexnet has no feature levels", "torchvision", "list-modules tv:alexnet")
+
+
 # --- 13: torchvision's FutureWarning stays off stderr, the weights as torchvision's default makes them -----
 
 

@@ -161,7 +161,7 @@ def test_model_without_feature_info_and_a_bad_level(cli, plugins: Path) -> None:
     lenet = ("--import", plugins / "lenet_plugin.py", "-m", "seed_lenet", "--input-size", "3,32,32")
     result = cli("capture", *lenet, "-l", "feat:0", "--random-input", "--dry-run")
     assert result.exit_code == 3
-    assert "seed_lenet has no feature levels (timm's `feature_info` is missing or empty)" in result.stderr
+    assert "seed_lenet has no feature levels: feat:K names the stages a model declares" in result.stderr
     result = cli("capture", "-m", "resnet18", "-l", "feat:two", "--random-input", "--dry-run")
     assert result.exit_code == 2
     assert "`feat:two` is not a feature level." in result.stderr

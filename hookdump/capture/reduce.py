@@ -56,10 +56,15 @@ def prefix_of(tensor: torch.Tensor, how: str, layout: tuple[int, int] | None) ->
 
 
 def check(
-    how: str, shapes: dict[str, list[list[int]]], class_token: bool = True, model: str = "this model"
+    how: str,
+    shapes: dict[str, list[list[int]]],
+    class_token: bool = True,
+    model: str = "this model",
+    layout: tuple[int, int] | None = None,
 ) -> list[str]:
-    """Refuse ``cls`` where no tensor is a token map or ``model`` has no class token (what each source
-    gives as ``cls_token``); notes for tensors that stay as they are."""
+    """Refuse ``cls`` where no tensor is a token map, ``model`` has no class token (what each source
+    gives as ``cls_token``) or a token map holds the patches alone (``layout``, as ``token_layout`` gives
+    it); notes for tensors that stay as they are."""
     if how not in REDUCTIONS:
         raise UsageError(f"--reduce `{how}` is not one of {', '.join(REDUCTIONS)}.", "Use --reduce mean.")
     if how == "none":
@@ -78,6 +83,17 @@ def check(
             f"--reduce cls takes the class token, and {model} has none: its first token is a patch or a"
             " register token.",
             "Use --reduce mean (or max) to pool the tokens.",
+        )
+    patches_only = [
+        name
+        for name, leaves in shapes.items()
+        if layout and any(len(s) == 3 and s[1] == layout[0] for s in leaves)
+    ]
+    if how == "cls" and patches_only:
+        raise UsageError(
+            f"--reduce cls takes the class token, and {', '.join(patches_only)} holds the {layout[0]} patch"  # type: ignore[index]
+            " tokens alone (the class token joins them later): its first token is a patch.",
+            "Capture it with --reduce mean, or ask for a layer after the class token is added (a block).",
         )
     return [
         f"--reduce {how} leaves {name} as it is: it has no (N, C, H, W) or (N, L, C) map" for name in kept

@@ -189,7 +189,9 @@ def _chosen(spec: str, inventory: Inventory, model_label: str, notes: list[str] 
     found = inventory.levels
     if not found:
         raise LayerError(
-            f"`{spec}`: {model_label} has no feature levels (timm's `feature_info` is missing or empty).",
+            f"`{spec}`: {model_label} has no feature levels: feat:K names the stages a model declares (timm's"
+            " `feature_info`, or a torchvision, Hugging Face or OpenCLIP backbone's stages), and it declares"
+            " none.",
             f"Pass module paths instead; `hookdump list-modules {model_label}` shows them.",
         )
     if wanted == "*":
