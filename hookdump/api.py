@@ -19,7 +19,7 @@ from .capture.results import CapturePlan, CaptureResult, ModuleTree, from_manife
 from .errors import UsageError
 from .inputs import files, loader, transforms
 from .inputs.files import InputSpec
-from .model import attention, inventory, layers, layouts, sources
+from .model import attention, inventory, layers, layouts, opspecs, sources
 from .model.device import resolve_device
 from .model.sources import module as module_source
 from .model.spec import DEFAULT_MODEL, ModelSpec
@@ -197,11 +197,15 @@ def plan(
     config, transform_notes = transforms.eval_config(
         origin.preprocess, spec, build_meta, lambda: load_real()[0], size, paths, must_say
     )
+    wants_ops = any(opspecs.is_op_spec(s) for s in layer_specs)  # the ops are named in the traced pass
     found = inventory.take(
-        build_meta, lambda: load_real()[0], config["input_size"], size_given=size is not None
+        build_meta, lambda: load_real()[0], config["input_size"], size_given=size is not None, ops=wants_ops
     )
     resolved: list[str] = []  # what each feat:K became
     targets = layers.resolve(list(layer_specs), found, name.requested, resolved)
+    op_values = [t.path for t in targets if found.op(t.path) is not None]
+    op_notes = checks.check_op_values([t.path for t in targets], op_values, opts)
+    op_notes += opspecs.fast_path_notes(op_values, found)
     if opts.grad:  # the run's own check of the scores, on the traced output: --dry-run says the same
         scores.check(found.returns, opts.target, name.requested, found.returns_plain)
     outdir.check_file_names([t.path for t in targets], opts.formats)
@@ -212,7 +216,7 @@ def plan(
     prefix_tokens = getattr(typed, "num_prefix_tokens", None)
     class_token = getattr(typed, "cls_token", None) is not None  # timm's ViT family: None without one
     shapes = {t.path: found.get(t.path).output_shapes for t in targets}  # type: ignore[union-attr]
-    notes = transform_notes + walk_notes + resolved
+    notes = transform_notes + walk_notes + resolved + op_notes
     notes += reduce.check(opts.reduce, shapes, class_token, name.requested, reduce.token_layout(typed))
     layouts.check_reduce(opts.reduce, shapes)
     save_as: dict[str, tuple[str, str]] = {}

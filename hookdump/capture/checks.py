@@ -58,3 +58,25 @@ def check_options(opts: CaptureOptions) -> None:
         outdir.check(opts.out, overwrite=True, resume=False)  # the folder itself: writable, on a disk
     else:
         outdir.check(opts.out, opts.overwrite, opts.resume)
+
+
+def check_op_values(names: list[str], ops: list[str], opts: CaptureOptions) -> list[str]:
+    """Refuse what op values (``ops``: the targets that are ``PATH:OP``, among ``names``) cannot do; notes
+    for options that pass them by."""
+    if not ops:
+        return []
+    if opts.compile:
+        raise UsageError(
+            f"--compile cannot capture op values ({ops[0]}): the compiled graph runs the forward's torch"
+            " functions itself, where no hook sees them, so they would never be captured.",
+            "Drop --compile (op values are watched only while their module's forward runs).",
+        )
+    if opts.what == "input" and len(ops) == len(names):
+        raise UsageError(
+            f"--what input saves what a module is called with, and {ops[0]} is a value inside a forward: it"
+            " has no input of its own.",
+            "Capture the op before it (`hookdump list-modules MODEL --ops` lists them), or drop --what.",
+        )
+    if opts.what != "output":
+        return [f"--what {opts.what}: op values ({', '.join(ops[:3])}) are saved as values, with no input"]
+    return []

@@ -12,6 +12,7 @@ from torch.utils.hooks import RemovableHandle
 
 from ..errors import LayerError
 from ..model.layers import LayerTarget, call_out_of_range
+from ..model.ops import Frame, OpWatch
 from ..model.outputs import leaves, tensor_shapes
 from ..model.tree import is_container
 from ..store import profile
@@ -56,6 +57,9 @@ class Recorder:
         channels_last: layers whose 4-D maps are ``(N, H, W, C)``, so that ``reduce`` pools the right axes.
         tokens: the model's (patch, prefix) token counts (``reduce.token_layout``): a mean or max of a
             token map leaves the prefix tokens out, as timm's average pooling does.
+        op_values: the targets that are values computed in a module's own forward (``PATH:OP``), each with
+            the modules its module's forward calls (``OpInfo.callees``): an ``OpWatch`` runs only while such a
+            module's forward does, and copies each wanted op's result when it returns.
     """
 
     def __init__(
@@ -70,8 +74,12 @@ class Recorder:
         save_as: dict[str, tuple[str, str]] | None = None,
         channels_last: set[str] | frozenset[str] = frozenset(),
         tokens: tuple[int, int] | None = None,
+        op_values: dict[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.model = model
+        self.op_values = op_values or {}
+        self._ops = OpWatch(self._op_seen, scoped=True) if self.op_values else None
+        self._ops_ran: set[str] = set()  # op values seen in this pass
         self.what = what
         self.grad = grad
         self.selected: dict[str, set[int] | None] = {}
@@ -111,7 +119,16 @@ class Recorder:
     def __enter__(self) -> Recorder:
         modules = dict(self.model.named_modules())
         try:
+            if self._ops is not None:  # first: an owner's frame is popped before its stop check runs
+                owners = {name.rpartition(":")[0] for name in self.op_values}
+                inside = {path for callees in self.op_values.values() for path in callees} - owners
+                self._handles += self._ops.attach(self.model, owners, inside)
+                for owner in owners:
+                    count = self._count_ops([n for n in self.op_values if n.rpartition(":")[0] == owner])
+                    self._handles.append(modules[owner].register_forward_hook(count, always_call=True))
             for path in self.selected:
+                if path in self.op_values:
+                    continue
                 module = modules[path]
                 if self.what in ("input", "both") and path not in self.save_as:
                     self._handles.append(
@@ -132,7 +149,10 @@ class Recorder:
         self._stop_in_target = set()
         parents = set()
         for path in self.selected if self.last_call is not None else ():
-            owner = _caller(path, modules)
+            owner = path.rpartition(":")[0] if path in self.op_values else _caller(path, modules)
+            if not owner and path in self.op_values:  # the root's own op: the forward runs to its end
+                self.last_call, self._stop_in_target = None, set()
+                return set()
             if owner:
                 parents.add(owner)
             else:
@@ -195,11 +215,38 @@ class Recorder:
 
         return hook
 
+    def _count_ops(self, names: list[str]) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            for name in names:
+                self.calls[name] += 1
+
+        return hook
+
+    def _op_seen(self, frame: Frame, label: str, result: Any, inplace: bool) -> None:
+        """An op of a watched module's own forward returned: keep its result if it is wanted."""
+        name = f"{frame.path}:{label}"
+        if name in self.op_values and self._wanted(name, frame.call):
+            self._ops_ran.add(name)
+            start = _clock()
+            for index, leaf in leaves(result):
+                self._keep((name, "output", index, frame.call), leaf)
+            _add("hooks", start)
+
     def _stop_if_done(self, *hook_args: Any) -> None:
         if self.last_call is not None and all(self.calls[p] > c for p, c in self.last_call.items()):
             raise _EarlyStop
 
     def _keep(self, key: Key, value: Any) -> None:
+        if self._ops is None:
+            self._keep_now(key, value)
+            return
+        self._ops.muted += 1  # its copies are no op of the module whose forward runs
+        try:
+            self._keep_now(key, value)
+        finally:
+            self._ops.muted -= 1
+
+    def _keep_now(self, key: Key, value: Any) -> None:
         if not isinstance(value, torch.Tensor):
             self._other_now[key] = repr(value)
             return
@@ -260,12 +307,16 @@ class Recorder:
             self._prefix_now, self._other_now = {}, {}
             self._live.clear()
             self._deferred.clear()
+            self._ops_ran.clear()
             start = profile.clock()
             try:
                 output = forward(batch)
             except _EarlyStop:
                 self.stopped_early = True
                 output = None
+            finally:
+                if self._ops is not None:
+                    self._ops.leave()
             profile.add("model", start)  # the hooks' time included (profile.dump takes it out)
             for key, kept in self.batch.items():  # a compiled graph's copies stay on its device
                 if kept.device.type != "cpu":
@@ -315,6 +366,12 @@ class Recorder:
                     f"`{path}` did not fire during the forward pass of {model_label}.",
                     "The module is part of the model but its forward was not called for this input;"
                     f" `hookdump list-modules {model_label}` shows the modules that run.",
+                )
+            if path in self.op_values and path not in self._ops_ran:
+                raise LayerError(
+                    f"`{path}` did not run in the forward pass of {model_label}: its module ran, but its"
+                    " forward took another path for these inputs than in the traced pass.",
+                    f"`hookdump list-modules {model_label} --ops` lists the ops each module runs.",
                 )
             missing = sorted(c for c in (selected or ()) if c >= count)
             if missing:

@@ -196,14 +196,17 @@ class _RunState:
 
 
 def _recorder(net: torch.nn.Module, found: CapturePlan) -> Recorder:
-    opts, modules = found.options, found.tree.inventory.modules
-    calls = {m.name: m.calls or 1 for m in modules}
+    opts, inventory = found.options, found.tree.inventory
+    modules = inventory.modules
+    ops = {t.path: op for t in found.targets if (op := inventory.op(t.path)) is not None}  # PATH:OP
+    as_layers = [inventory.get(name) for name in ops]  # an op runs in its module's calls
+    calls = {m.name: m.calls or 1 for m in [*modules, *filter(None, as_layers)]}
     finished = {m.name: m.finished for m in modules if m.finished is not None}
     early = opts.early_stop and not opts.compile  # a compiled graph runs whole
     return Recorder(
         net, found.targets, opts.what, grad=opts.grad, expected_calls=calls if early else None,
         finished=finished, reduce=opts.reduce, save_as=found.save_as, channels_last=found.channels_last,
-        tokens=token_layout(net),
+        tokens=token_layout(net), op_values={name: op.callees for name, op in ops.items()},
     )  # fmt: skip
 
 

@@ -33,6 +33,7 @@ def describe(model: nn.Module, input_size: tuple[int, ...]) -> Inventory:
             children=[
                 f"{name}.{child}" for child, _ in module.named_children() if f"{name}.{child}" in named
             ],
+            scripted=isinstance(module, torch.jit.ScriptModule),
         )
         for name, module in named.items()
         if name

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..errors import LayerError, UsageError, closest
 from ..patterns import match, normalize
 from ..units import first_few
-from . import featlevels
+from . import featlevels, opspecs
 from .tree import Inventory, ModuleInfo
 
 _CALL = re.compile(r"^(?P<path>.+)@(?P<call>\d+)$")
@@ -48,7 +48,7 @@ def resolve(
             targets[f"{path}@{call}"] = _joined(
                 targets.get(f"{path}@{call}"), LayerTarget(path, call, parts.get(path))
             )
-    order = {name: i for i, name in enumerate(inventory.names)}
+    order = {name: i for i, name in enumerate(inventory.in_order)}
     return sorted(targets.values(), key=lambda t: (order[t.path], -1 if t.call is None else t.call))
 
 
@@ -71,6 +71,8 @@ def call_out_of_range(path: str, call: int, calls: int) -> LayerError:
 
 
 def _resolve_one(spec: str, inventory: Inventory, model_label: str, notes: list[str] | None) -> list[str]:
+    if opspecs.is_op_spec(spec):
+        return opspecs.select(spec, inventory, model_label)
     if featlevels.is_spec(spec):
         return featlevels.select(spec, inventory, model_label, notes)
     matched = match(spec, inventory.names)

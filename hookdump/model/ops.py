@@ -18,8 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
+from torch.utils.hooks import RemovableHandle
 
 from .outputs import tensor_shapes
 
@@ -54,10 +56,14 @@ def op_name(func: Callable[..., Any]) -> tuple[str, bool] | None:
 
 @dataclass
 class Frame:
-    """One call of one watched module: its path and how often each op ran in it so far."""
+    """One call of one watched module: its path, which call of it this is, and how often each op ran in it
+    so far. A ``quiet`` frame (a module called inside one whose ops are wanted) names nothing: its ops are
+    not the outer module's."""
 
     path: str
     counts: dict[str, int] = field(default_factory=dict)
+    call: int = 0
+    quiet: bool = False
 
     def label(self, op: str) -> str:
         """``op`` for its first use in this call, ``op_1``, ``op_2``, ... after."""
@@ -66,54 +72,97 @@ class Frame:
         return op if n == 0 else f"{op}_{n}"
 
 
-Seen = Callable[[str, str, Any, bool], None]  # (module path, op label, result, in place)
+Seen = Callable[[Frame, str, Any, bool], None]  # (the module call, op label, result, in place)
 
 
 class OpWatch(TorchFunctionMode):
     """While entered, every torch function that returns a tensor, run by the innermost watched module call,
-    is named and handed to ``seen(path, label, result, in place)``; outside any frame, nothing is."""
+    is named and handed to ``seen(frame, label, result, in place)``; outside any frame, nothing is.
 
-    def __init__(self, seen: Seen) -> None:
+    ``attach`` pushes a frame when a watched module's forward starts and pops it when it ends. ``scoped``:
+    the mode enters itself with the first frame and leaves with the last, so that only the forwards of the
+    modules whose ops are wanted pay for it; ``leave`` undoes what an exception that skipped the forward
+    hooks left (``always_call`` hooks do not run for a ``BaseException``)."""
+
+    def __init__(self, seen: Seen, scoped: bool = False) -> None:
         super().__init__()
         self.seen = seen
+        self.scoped = scoped
+        self.entered = False
         self.frames: list[Frame] = []
+        self.muted = 0  # > 0 while hookdump's own hooks run: their copies are no op of the model
+        self.calls: dict[str, int] = {}  # module path -> its calls so far (``leave`` resets them)
+        self.callees: dict[str, set[str]] = {}  # module path -> the modules its calls called
 
     def __torch_function__(
         self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
     ) -> Any:
         result = func(*args, **(kwargs or {}))
-        if self.frames and tensor_shapes(result):
+        if self.frames and not self.muted and not self.frames[-1].quiet and tensor_shapes(result):
             named = op_name(func)
             if named is not None:
                 frame = self.frames[-1]
-                self.seen(frame.path, frame.label(named[0]), result, named[1])
+                self.seen(frame, frame.label(named[0]), result, named[1])
         return result
 
-    @contextmanager
-    def watching(self, model: nn.Module, paths: set[str] | None = None) -> Iterator[None]:
-        """Push a frame when a module's forward starts and pop it when it ends (``paths``: those modules and
-        every module under them; None: all), the hooks removed after."""
+    def attach(
+        self, model: nn.Module, loud: set[str] | None = None, quiet: set[str] | frozenset[str] = frozenset()
+    ) -> list[RemovableHandle]:
+        """Hooks that keep the frames: on every module (``loud`` None), or on the ``loud`` modules, whose ops
+        are named, and on the ``quiet`` ones, which push a frame that names nothing while a loud one runs."""
         handles = []
         for path, module in model.named_modules():
-            if paths is None or any(path == p or path.startswith(f"{p}.") or not p for p in paths):
-                handles.append(module.register_forward_pre_hook(self._push(path)))
-                handles.append(module.register_forward_hook(self._pop, always_call=True))
+            if isinstance(module, torch.jit.ScriptModule):
+                continue  # takes no pre-hook, and runs no torch function seen from Python
+            if loud is None or path in loud or path in quiet:
+                is_quiet = loud is not None and path not in loud
+                handles.append(module.register_forward_pre_hook(self._push(path, is_quiet)))
+                handles.append(module.register_forward_hook(self._pop(path), always_call=True))
+        return handles
+
+    @contextmanager
+    def watching(self, model: nn.Module) -> Iterator[None]:
+        """Every module's frames, the hooks removed after."""
+        handles = self.attach(model)
         try:
             yield
         finally:
             for handle in handles:
                 handle.remove()
-            self.frames.clear()
+            self.leave()
 
-    def _push(self, path: str) -> Callable[..., None]:
+    def leave(self) -> None:
+        """Leave the mode if ``scoped`` entered it, forget the frames and the calls counted."""
+        if self.entered:
+            self.entered = False
+            self.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+        self.frames.clear()
+        self.calls.clear()
+
+    def _push(self, path: str, quiet: bool) -> Callable[..., None]:
         def hook(module: nn.Module, args: Any) -> None:
-            self.frames.append(Frame(path))
+            if quiet and not self.frames:
+                return  # called outside the modules whose ops are wanted
+            if self.frames:
+                self.callees.setdefault(self.frames[-1].path, set()).add(path)
+            call = self.calls.get(path, 0)
+            self.calls[path] = call + 1
+            if self.scoped and not self.frames:
+                self.__enter__()  # type: ignore[no-untyped-call]
+                self.entered = True
+            self.frames.append(Frame(path, call=call, quiet=quiet))
 
         return hook
 
-    def _pop(self, module: nn.Module, args: Any, output: Any) -> None:
-        if self.frames:
-            self.frames.pop()
+    def _pop(self, path: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: Any, output: Any) -> None:
+            if self.frames and self.frames[-1].path == path:
+                self.frames.pop()
+                if self.scoped and not self.frames and self.entered:
+                    self.entered = False
+                    self.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+
+        return hook
 
 
 @dataclass
@@ -126,6 +175,7 @@ class OpInfo:
     shapes: list[list[int]]  # of its result, in the traced call
     calls: int = 1  # calls of the module in which it ran
     inplace: bool = False  # x += y: the value the op left in x
+    callees: tuple[str, ...] = ()  # the modules its module's forward calls (directly or not): their frames
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -139,32 +189,34 @@ def discover(model: nn.Module, run: Callable[[], Any]) -> dict[str, list[OpInfo]
     order they ran; an op's shapes are those of its first call."""
     found: dict[str, dict[str, OpInfo]] = {}
     calls: dict[str, dict[str, set[int]]] = {}
-    frames_seen: dict[str, int] = {}
 
-    def seen(path: str, label: str, result: Any, inplace: bool) -> None:
-        ops = found.setdefault(path, {})
+    def seen(frame: Frame, label: str, result: Any, inplace: bool) -> None:
+        ops = found.setdefault(frame.path, {})
         if label not in ops:
-            ops[label] = OpInfo(f"{path}:{label}", label, path, tensor_shapes(result), inplace=inplace)
-        calls.setdefault(path, {}).setdefault(label, set()).add(frames_seen.get(path, 0))
+            ops[label] = OpInfo(
+                f"{frame.path}:{label}", label, frame.path, tensor_shapes(result), inplace=inplace
+            )
+        calls.setdefault(frame.path, {}).setdefault(label, set()).add(frame.call)
 
     watch = OpWatch(seen)
-    counting = {path: 0 for path, _ in model.named_modules()}
-
-    def count(path: str) -> Callable[..., None]:
-        def hook(module: nn.Module, args: Any) -> None:
-            frames_seen[path] = counting[path]
-            counting[path] += 1
-
-        return hook
-
-    counters = [m.register_forward_pre_hook(count(p)) for p, m in model.named_modules()]
-    try:
-        with watch.watching(model), watch:
-            run()
-    finally:
-        for handle in counters:
-            handle.remove()
+    callees = watch.callees
+    with watch.watching(model), watch:
+        run()
     for path, ops in found.items():
+        inside = tuple(sorted(called(path, callees)))
         for label, info in ops.items():
             info.calls = len(calls[path][label])
+            info.callees = inside
     return {path: list(ops.values()) for path, ops in found.items()}
+
+
+def called(path: str, callees: dict[str, set[str]]) -> set[str]:
+    """Every module a call of ``path`` called, directly or through another (``OpWatch.callees``)."""
+    found: set[str] = set()
+    todo = list(callees.get(path, ()))
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found.add(name)
+            todo += callees.get(name, ())
+    return found

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,7 @@ class ModuleInfo:
     finished: int | None = None  # when its last call returned, counted in module returns of the traced pass
     fused_attention: bool = False  # attn_drop (or softmax) of an attention module run fused: never runs
     feature_levels: list[int] = field(default_factory=list)  # the timm feature levels (feat:K) it gives
+    scripted: bool = False  # a TorchScript module (torch.jit.script or trace): no Python forward
 
     @property
     def fires(self) -> bool | None:
@@ -134,7 +136,44 @@ class Inventory:
         self._by_name = {m.name: m for m in self.modules}
 
     def get(self, name: str) -> ModuleInfo | None:
-        return self._by_name.get(name)
+        """The module ``name``, or the op value ``PATH:OP`` (when ops were found) as what a hook on it sees:
+        its shapes, and its module's calls."""
+        found = self._by_name.get(name)
+        if found is not None or ":" not in name or not self.ops:
+            return found
+        op = self.op(name)
+        if op is None:
+            return None
+        module = self._by_name.get(op.module)
+        return ModuleInfo(
+            name, f"op {re.sub(r'_[0-9]+$', '', op.op)}", 0, False, [],
+            calls=module.calls if module is not None else 1, output_shapes=op.shapes,
+            finished=module.finished if module is not None else None,
+        )  # fmt: skip
+
+    def op(self, name: str) -> OpInfo | None:
+        """The op ``PATH:OP`` names (None when no pass named ops, or it names none)."""
+        if ":" not in name:
+            return None
+        path, _, label = name.rpartition(":")
+        return next((op for op in (self.ops or {}).get(path, []) if op.op == label), None)
+
+    @property
+    def op_names(self) -> list[str]:
+        """Every op value's name, the root's first, then each module's in ``named_modules()`` order."""
+        ops = self.ops or {}
+        return [op.name for path in ["", *self.names] for op in ops.get(path, [])]
+
+    @property
+    def in_order(self) -> list[str]:
+        """Every module and op value a layer spec can name: the root's ops, then each module followed by
+        its own ops (the order of a capture's files)."""
+        ops = self.ops or {}
+        return [
+            name
+            for path in ["", *self.names]
+            for name in ([path] * bool(path) + [o.name for o in ops.get(path, [])])
+        ]
 
     @property
     def names(self) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..version import __version__
+from .records import file_stem
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 2
@@ -43,7 +44,10 @@ def entry_stem(entry: dict[str, Any]) -> str:
     """A ``tensors`` entry's tensor name: the safetensors key, else the file name without its suffix."""
     if entry.get("format") == "safetensors":
         return str(entry["key"])
-    return str(entry["file"]).removesuffix("." + str(entry["format"]))
+    stem = str(entry["file"]).removesuffix("." + str(entry["format"]))
+    layer = str(entry.get("layer", ""))
+    safe = file_stem(layer)
+    return layer + stem[len(safe) :] if safe != layer and stem.startswith(safe) else stem
 
 
 #: The name ``show --rollout`` gives its picture in a capture folder (``picture_name(ROLLOUT, ...)``).
@@ -51,9 +55,10 @@ ROLLOUT = "rollout"
 
 
 def picture_name(stem: str, image: int | None = None, suffix: str = "") -> str:
-    """The PNG ``show`` draws of tensor ``stem`` (``/`` in a safetensors key becomes ``_``): image ``image``
-    of the batch when given (``.img<i>``), ``suffix`` ``.overlay`` / ``.gradcam`` for a heat map."""
-    return f"{stem.replace('/', '_')}{'' if image is None else f'.img{image}'}{suffix}.png"
+    """The PNG ``show`` draws of tensor ``stem`` (file-safe: ``/`` in a safetensors key becomes ``_``):
+    image ``image`` of the batch when given (``.img<i>``), ``suffix`` ``.overlay`` / ``.gradcam`` for a
+    heat map."""
+    return f"{file_stem(stem).replace('/', '_')}{'' if image is None else f'.img{image}'}{suffix}.png"
 
 
 def resume_advice(overwrite: bool) -> str:

@@ -16,6 +16,7 @@ from . import claims
 from .claims import check_folder
 from .manifest import MANIFEST
 from .reader import read_manifest
+from .records import file_stem
 
 SCRATCH = ".hookdump-partial"
 PROGRESS = "progress.json"  # after each batch: counts, streams, recorder state
@@ -52,11 +53,11 @@ def in_the_way(
     hookdump records list: ``commit.owned``) does not name: it is not hookdump's to replace. Other files
     (photos, notes) are no business of the capture."""
     suffix = r"(@\d+)?(\.in\d+|\.attn|\.out\d+)?(\.grad)?"
-    named = "|".join(re.escape(layer) + suffix for layer in layers)
+    named = "|".join(re.escape(file_stem(layer)) + suffix for layer in layers)
     kinds = [f for f in formats if f != "safetensors"]
     pattern = [rf"(?:{named})\.(?:{'|'.join(kinds)})"] if named and kinds else []
     if pictures and layers:  # the names ``manifest.picture_name`` gives
-        drawn = "|".join(re.escape(layer.replace("/", "_")) + suffix for layer in layers)
+        drawn = "|".join(re.escape(file_stem(layer).replace("/", "_")) + suffix for layer in layers)
         pattern.append(rf"(?:{drawn})(\.img\d+)?(\.overlay|\.gradcam)?\.png")
     if "safetensors" in formats:
         pattern.append(r"tensors(-\d+-of-\d+)?\.safetensors|tensors\.safetensors\.index\.json")
@@ -230,7 +231,7 @@ def check_file_names(layers: list[str], formats: tuple[str, ...]) -> None:
                 f" file name (at most {MAX_NAME_BYTES}).",
                 fix,
             )
-        other = folded.setdefault(name.casefold(), name)
+        other = folded.setdefault(file_stem(name).casefold(), name)
         if other != name:
             raise InputError(
                 f"Layers `{other}` and `{name}` differ only in case: their .{files[0]} files would be one"

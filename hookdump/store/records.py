@@ -27,8 +27,14 @@ class Captured:
         return (self.layer, self.kind, self.index, self.call)
 
     @property
+    def file_stem(self) -> str:
+        """The ``.npy`` / ``.pt`` file's name without extension: ``stem``, file-safe (``file_stem``)."""
+        return file_stem(self.stem)
+
+    @property
     def stem(self) -> str:
-        """The file name without extension, as DESIGN.md's table gives it."""
+        """The tensor's name, as DESIGN.md's table gives it: its file's name without extension, but for
+        the ``:`` of an op value (``file_stem``); the safetensors key."""
         name = self.layer if self.calls_per_forward == 1 else f"{self.layer}@{self.call}"
         if self.kind == "input":
             return f"{name}.in{self.index}"
@@ -36,6 +42,13 @@ class Captured:
             return f"{name}.attn"
         name = name if self.index is None else f"{name}.out{self.index}"
         return f"{name}.grad" if self.kind == "grad" else name
+
+
+def file_stem(name: str) -> str:
+    """A tensor name as a file name: the ``:`` of an op value (``blocks.3:add``, ``:flatten``), which Windows
+    refuses and macOS tools show as ``/``, becomes ``+`` (``blocks.3+add.npy``); the manifest and every
+    reader keep the name with ``:``."""
+    return name.replace(":", "+")
 
 
 def key_from_json(items: list[Any]) -> Key:

@@ -61,8 +61,8 @@ def saved_files(
     files: dict[tuple[str, str], str] = {}  # (stem, format) -> file name
     for item, stream in zip(entries, streams, strict=True):
         if "pt" in formats:
-            write_pt(stream.path, scratch / f"{item.stem}.pt", bfloat16=stream.dtype == torch.bfloat16)
-        files.update({(item.stem, fmt): f"{item.stem}.{fmt}" for fmt in formats if fmt != "safetensors"})
+            write_pt(stream.path, scratch / f"{item.file_stem}.pt", bfloat16=stream.dtype == torch.bfloat16)
+        files.update({(item.stem, fmt): f"{item.file_stem}.{fmt}" for fmt in formats if fmt != "safetensors"})
     if "safetensors" in formats:
         items = [(i.stem, s.path, s.dtype == torch.bfloat16) for i, s in zip(entries, streams, strict=True)]
         for key, name in write_safetensors(items, scratch, max_shard_bytes=shard_bytes):
@@ -90,7 +90,7 @@ def saved_files(
     ]
     moves = {name: name for (_, fmt), name in files.items() if fmt != "npy"}
     if "npy" in formats:
-        moves |= {s.path.name: f"{i.stem}.npy" for i, s in zip(entries, streams, strict=True)}
+        moves |= {s.path.name: f"{i.file_stem}.npy" for i, s in zip(entries, streams, strict=True)}
     if (scratch / SAFETENSORS_INDEX).is_file():
         moves[SAFETENSORS_INDEX] = SAFETENSORS_INDEX
     return saved, moves

@@ -1,0 +1,91 @@
+"""``PATH:OP`` layer specs: values a module computes in its own forward (``model/ops.py``), picked by name
+(``blocks.3:add_1``, ``:flatten`` for the root's own), by glob (``blocks.*:add_1``) or by a ``re:`` over op
+names, resolved against the ops of the traced pass; errors list the ops the module runs."""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import LayerError, closest
+from ..patterns import match, normalize
+from ..units import first_few
+from . import featlevels
+from .tree import Inventory
+
+
+def is_op_spec(spec: str) -> bool:
+    """Whether a layer spec names op values: a ``:`` that is not ``feat:``'s, nor part of a regex's
+    ``(?:...)`` group."""
+    body = spec.strip()
+    if featlevels.is_spec(body):
+        return False
+    if body.startswith("re:"):
+        return ":" in re.sub(r"\(\?.", "", body[3:])
+    return ":" in body
+
+
+def select(spec: str, inventory: Inventory, model_label: str) -> list[str]:
+    """The op names (``PATH:OP``) ``spec`` picks, in ``Inventory.op_names`` order."""
+    names = inventory.op_names
+    matched = match(spec, names)
+    if matched:
+        return matched
+    listing = f"`hookdump list-modules {model_label} --ops` lists each module's ops."
+    if matched is not None:
+        probe = re.sub(r"\*+|\?|\[[^]]*\]", "0", normalize(spec.removeprefix("re:")))
+        hint = f"Close names: {', '.join(near)}. " if (near := closest(probe, names)) else ""
+        raise LayerError(f"Op pattern `{spec}` matches no op value of {model_label}.", hint + listing)
+    path, _, op = normalize(spec).rpartition(":")
+    if inventory.op(f"{path}:{op}") is not None:
+        return [f"{path}:{op}"]
+    info = inventory.get(path) if path else None
+    if path and info is None:
+        near = closest(path, inventory.names)
+        raise LayerError(
+            f"`{spec}`: `{path}` is not a module of {model_label}.",
+            (f"Did you mean: {', '.join(near)}? " if near else "") + listing,
+        )
+    where = f"`{path}`" if path else f"{model_label}'s own forward (`:OP`)"
+    if info is not None and info.scripted:
+        raise LayerError(
+            f"`{spec}`: `{path}` is a TorchScript module (scripted or traced): its forward runs as"
+            " TorchScript, where no torch function is seen from Python, so its ops have no names.",
+            f"Capture the module's output (-l {path}), or load the model without torch.jit.",
+        )
+    own = [o.op for o in (inventory.ops or {}).get(path, [])]
+    if not own:
+        what = "is a container: it is never called" if info is not None and info.container else "runs no op"
+        raise LayerError(
+            f"`{spec}`: {where} {what} of its own (its children do the work).",
+            f"Capture the module (-l {path or 'PATH'}) or one of its children's ops. {listing}",
+        )
+    near = closest(op, own)
+    hint = f"Did you mean: {', '.join(f'{path}:{n}' for n in near)}? " if near else ""
+    raise LayerError(
+        f"`{spec}`: {where} runs no op `{op}` in its own forward; it runs {len(own)}: {first_few(own, 8)}.",
+        f"{hint}{listing}",
+    )
+
+
+#: Modules with a fused fast path in eval mode that torch turns off while a torch function mode is active.
+FAST_PATHS = ("MultiheadAttention", "TransformerEncoderLayer")
+
+
+def fast_path_notes(names: list[str], inventory: Inventory) -> list[str]:
+    """A note for each module with a fast path (``FAST_PATHS``) that runs while an op value's module is
+    watched: it takes its regular path then, so its values differ from a plain run's by rounding."""
+    notes = []
+    for name in names:
+        op = inventory.op(name)
+        if op is None:
+            continue
+        inside = [op.module, *op.callees]
+        slow = [p for p in inside if (info := inventory.get(p)) is not None and info.type in FAST_PATHS]
+        if slow:
+            kinds = ", ".join(sorted({inventory.get(p).type for p in slow}))  # type: ignore[union-attr]
+            notes.append(
+                f"{first_few(slow)} ({kinds}) run their regular path, not their fused fast path, while the"
+                f" ops of {op.module or 'the model'} are watched (torch turns it off under a torch function"
+                " mode): values there may differ from a plain run's by float rounding"
+            )
+    return list(dict.fromkeys(notes))
