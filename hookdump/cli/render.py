@@ -243,7 +243,11 @@ def plan(found: CapturePlan) -> str:
             f"; about {human_bytes(found.total_bytes)} of disk at the peak, while the .npy scratch copy"
             " streamed during the run is still there"
         )
-    return "\n".join([f"would hook {len(rows)} module(s) of {found.tree.requested}:", *rows_text, total])
+    ops = sum(1 for m in found.modules if ":" in m.name and m.type.startswith("op "))
+    what = " and ".join(
+        [f"{len(rows) - ops} module(s)"] * (ops < len(rows)) + [f"{ops} op value(s)"] * bool(ops)
+    )
+    return "\n".join([f"would hook {what} of {found.tree.requested}:", *rows_text, total])
 
 
 def _module_bytes(found: CapturePlan, name: str) -> int:

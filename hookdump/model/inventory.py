@@ -77,7 +77,9 @@ def trace(
         return hook
 
     handles = [
-        module.register_forward_hook(make_hook(name)) for name, module in model.named_modules() if name
+        module.register_forward_hook(make_hook(name))
+        for name, module in model.named_modules()
+        if name and not isinstance(module, torch.jit.ScriptModule)  # (TorchScript takes no hook)
     ]
     was_training = model.training
     fast = FastShapes() if torch.device(device).type == "meta" else contextlib.nullcontext()

@@ -135,6 +135,12 @@ def parameter_owner(path: str, inventory: Inventory) -> str | None:
 
 
 def _check_fires(info: ModuleInfo, inventory: Inventory, model_label: str) -> None:
+    if info.scripted:
+        raise LayerError(
+            f"`{info.name}` is a TorchScript module ({info.type}): torch takes no hook on one, so nothing of"
+            " it can be captured.",
+            "Capture the module that calls it, or build the model without torch.jit.script / trace.",
+        )
     if info.container:
         children = info.children
         example = _first_firing_leaf(children[-1], inventory) if children else None

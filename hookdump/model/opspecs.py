@@ -53,10 +53,14 @@ def select(spec: str, inventory: Inventory, model_label: str) -> list[str]:
             f"Capture the module's output (-l {path}), or load the model without torch.jit.",
         )
     own = [o.op for o in (inventory.ops or {}).get(path, [])]
-    if not own:
-        what = "is a container: it is never called" if info is not None and info.container else "runs no op"
+    if info is not None and info.container:
         raise LayerError(
-            f"`{spec}`: {where} {what} of its own (its children do the work).",
+            f"`{spec}`: `{path}` is a {info.type}: containers are never called, so it runs no op.",
+            f"Ask for an op of one of its children ({first_few(info.children)}). {listing}",
+        )
+    if not own:
+        raise LayerError(
+            f"`{spec}`: {where} runs no op of its own (its children do the work).",
             f"Capture the module (-l {path or 'PATH'}) or one of its children's ops. {listing}",
         )
     near = closest(op, own)

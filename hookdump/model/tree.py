@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
 from .ops import OpInfo
@@ -15,6 +16,7 @@ from .ops import OpInfo
 PREFIX = "feat:"  # a feature level as a layer spec: feat:K
 CONTAINER_REASON = "container: never called, a hook here never fires; hook a child"
 NEVER_REASON = "never called in forward: a hook here never fires"
+SCRIPTED_REASON = "TorchScript module: torch takes no hook on one; capture the module that calls it"
 FUSED_REASON = "fused attention: never called, the attention weights never exist; --attention makes it run"
 ATTN_DROP = "attn_drop"  # where timm's unfused attention passes its softmax weights
 
@@ -39,7 +41,7 @@ class ModuleInfo:
     @property
     def fires(self) -> bool | None:
         """True when a forward hook here runs; None when no pass was traced."""
-        if self.container:
+        if self.container or self.scripted:
             return False
         return None if self.calls is None else self.calls > 0
 
@@ -52,6 +54,8 @@ class ModuleInfo:
         """Why a hook here never fires; None when it fires (or when no pass was traced)."""
         if self.container:
             return CONTAINER_REASON
+        if self.scripted:
+            return SCRIPTED_REASON
         if self.fires is False:
             return FUSED_REASON if self.fused_attention else NEVER_REASON
         return None
@@ -185,5 +189,8 @@ class Inventory:
 
 
 def is_container(module: nn.Module) -> bool:
-    """A module without its own ``forward`` (ModuleList, ModuleDict, ...) is never called."""
+    """A module without its own ``forward`` (ModuleList, ModuleDict, ...) is never called. (A TorchScript
+    module's class has no ``forward`` to look at: its compiled one is called.)"""
+    if isinstance(module, torch.jit.ScriptModule):
+        return False
     return type(module).forward is nn.Module.forward

@@ -101,7 +101,8 @@ def meta_copy(module: nn.Module) -> nn.Module:
 def real_copy(module: nn.Module, name: str) -> nn.Module:
     """A deep copy with the module's weights (as much memory again, on the module's device)."""
     try:
-        copied: nn.Module = copy.deepcopy(module)
+        with torch.no_grad():  # a TorchScript module's parameters are cloned, not made: leaves this way
+            copied: nn.Module = copy.deepcopy(module)
     except Exception as exc:
         raise InputError(
             f"`{name}` cannot be copied: copy.deepcopy raised {type(exc).__name__}: {exc}",
