@@ -213,6 +213,8 @@ def plan(
     tree = ModuleTree(name.requested, name.timm_name, found, name.notes + found.notes)
     typed = meta_model if meta_model is not None else load_real()[0]  # module types are all it needs
     channels_last = layouts.channels_last_paths(typed, [t.path for t in targets])
+    owners = [op.module for name in op_values if (op := found.op(name)) is not None]
+    channels_last |= opspecs.channels_last(op_values, found, layouts.channels_last_paths(typed, owners))
     prefix_tokens = getattr(typed, "num_prefix_tokens", None)
     class_token = getattr(typed, "cls_token", None) is not None  # timm's ViT family: None without one
     shapes = {t.path: found.get(t.path).output_shapes for t in targets}  # type: ignore[union-attr]

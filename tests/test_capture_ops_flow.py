@@ -258,3 +258,39 @@ def test_a_scripted_module_is_refused_and_its_neighbours_ops_still_named(
     got = hookdump.open(done.out)
     assert got[":mul"].shape == (1, 4)
     np.testing.assert_array_equal(np.array(got[":mul"]), np.array(got[":mean"]) * 2)
+
+
+def test_an_op_value_in_channels_last_is_pooled_on_its_own_axes(tmp_path: Path, chelsea: Path) -> None:
+    """ConvNeXt's LayerNorm2d permutes its (N, C, H, W) input to (N, H, W, C) for ``layer_norm``: that value
+    is recorded NHWC and --reduce mean pools H and W (numpy's mean of the full capture), where the block's
+    own ``mul`` stays NCHW."""
+    layers = ("-l", "stages.0.blocks.0.norm:layer_norm", "-l", "stages.0.blocks.0:mul")
+    for how in ("none", "mean"):
+        args = ("capture", "-m", "convnext_atto", *layers, chelsea, "--reduce", how, "-o", tmp_path / how)
+        assert hd(tmp_path, *args).returncode == 0
+    full, pooled = hookdump.open(tmp_path / "none"), hookdump.open(tmp_path / "mean")
+    layouts = {e["layer"]: e["layout"] for e in full.manifest["tensors"]}
+    assert layouts == {"stages.0.blocks.0.norm:layer_norm": "NHWC", "stages.0.blocks.0:mul": "NCHW"}
+    norm = np.array(full["stages.0.blocks.0.norm:layer_norm"], dtype=np.float64)
+    assert norm.shape == (1, 56, 56, 40)
+    np.testing.assert_allclose(pooled["stages.0.blocks.0.norm:layer_norm"], norm.mean(axis=(1, 2)), atol=1e-5)
+    mul = np.array(full["stages.0.blocks.0:mul"], dtype=np.float64)
+    np.testing.assert_allclose(pooled["stages.0.blocks.0:mul"], mul.mean(axis=(2, 3)), atol=1e-6)
+
+
+def test_a_forward_that_runs_other_ops_after_the_first_pass_is_refused(tmp_path: Path) -> None:
+    """LeViT's attention computes its bias table (a ``getitem``) on its first eval pass and reuses a cache
+    after: from the second batch on, ``attn:getitem`` would name nothing (or another value), so the capture
+    stops with the counts; its ``softmax``, which every pass runs once, is captured whole."""
+    photos = _photos(tmp_path / "photos", 2)
+    args = ("capture", "-m", "levit_128s", photos, "--batch-size", "1", "--workers", "0")
+    done = hd(tmp_path, *args, "-l", "stages.0.blocks.0.attn:getitem", "-o", tmp_path / "a")
+    assert done.returncode == 3, done.stderr
+    words = ["cannot be captured", "ran 0 `getitem` op(s), where the traced pass ran 1", "levit_128s --ops"]
+    paragraph(done.stderr, "`stages.0.blocks.0.attn:getitem`", *words)
+    assert not (tmp_path / "a").exists()
+    done = hd(tmp_path, *args, "-l", "stages.0.blocks.0.attn:softmax", "-o", tmp_path / "b")
+    assert done.returncode == 0, done.stderr
+    softmax = np.array(hookdump.open(tmp_path / "b")["stages.0.blocks.0.attn:softmax"])
+    assert softmax.shape == (2, 4, 196, 196)
+    np.testing.assert_allclose(softmax.sum(axis=-1), 1.0, rtol=1e-5)

@@ -12,7 +12,7 @@ from torch.utils.hooks import RemovableHandle
 
 from ..errors import LayerError
 from ..model.layers import LayerTarget, call_out_of_range
-from ..model.ops import Frame, OpWatch
+from ..model.ops import Frame, OpInfo, OpWatch
 from ..model.outputs import leaves, tensor_shapes
 from ..model.tree import is_container
 from ..store import profile
@@ -57,9 +57,10 @@ class Recorder:
         channels_last: layers whose 4-D maps are ``(N, H, W, C)``, so that ``reduce`` pools the right axes.
         tokens: the model's (patch, prefix) token counts (``reduce.token_layout``): a mean or max of a
             token map leaves the prefix tokens out, as timm's average pooling does.
-        op_values: the targets that are values computed in a module's own forward (``PATH:OP``), each with
-            the modules its module's forward calls (``OpInfo.callees``): an ``OpWatch`` runs only while such a
-            module's forward does, and copies each wanted op's result when it returns.
+        op_values: the targets that are values computed in a module's own forward (``PATH:OP``), as the
+            traced pass found them (``OpInfo``: the modules their module calls, how many ops of their
+            function each call ran): an ``OpWatch`` runs only while such a module's forward does, and copies
+            each wanted op's result when it returns.
     """
 
     def __init__(
@@ -74,11 +75,15 @@ class Recorder:
         save_as: dict[str, tuple[str, str]] | None = None,
         channels_last: set[str] | frozenset[str] = frozenset(),
         tokens: tuple[int, int] | None = None,
-        op_values: dict[str, tuple[str, ...]] | None = None,
+        op_values: dict[str, OpInfo] | None = None,
     ) -> None:
         self.model = model
         self.op_values = op_values or {}
-        self._ops = OpWatch(self._op_seen, scoped=True) if self.op_values else None
+        self._ops = OpWatch(self._op_seen, scoped=True, done=self._op_call_done) if self.op_values else None
+        self._owned: dict[str, list[str]] = {}  # module path -> its wanted op values
+        self._label = "MODEL"  # the model's name, for errors
+        for name, op in self.op_values.items():
+            self._owned.setdefault(op.module, []).append(name)
         self._ops_ran: set[str] = set()  # op values seen in this pass
         self.what = what
         self.grad = grad
@@ -119,13 +124,9 @@ class Recorder:
     def __enter__(self) -> Recorder:
         modules = dict(self.model.named_modules())
         try:
-            if self._ops is not None:  # first: an owner's frame is popped before its stop check runs
-                owners = {name.rpartition(":")[0] for name in self.op_values}
-                inside = {path for callees in self.op_values.values() for path in callees} - owners
-                self._handles += self._ops.attach(self.model, owners, inside)
-                for owner in owners:
-                    count = self._count_ops([n for n in self.op_values if n.rpartition(":")[0] == owner])
-                    self._handles.append(modules[owner].register_forward_hook(count, always_call=True))
+            if self._ops is not None:  # first: an owner's frame is done before its stop check runs
+                inside = {path for op in self.op_values.values() for path in op.callees} - set(self._owned)
+                self._handles += self._ops.attach(self.model, set(self._owned), inside)
             for path in self.selected:
                 if path in self.op_values:
                     continue
@@ -215,12 +216,22 @@ class Recorder:
 
         return hook
 
-    def _count_ops(self, names: list[str]) -> Callable[..., None]:
-        def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-            for name in names:
-                self.calls[name] += 1
-
-        return hook
+    def _op_call_done(self, frame: Frame) -> None:
+        """A call of a module owning wanted op values returned: count it, and refuse a call that ran another
+        number of ops of their function than the traced pass (a cache filled on the first pass, a branch on
+        the data): their names would point at other values."""
+        for name in self._owned[frame.path]:
+            self.calls[name] += 1
+            op = self.op_values[name]
+            if frame.call < len(op.per_call) and frame.counts.get(op.func, 0) != op.per_call[frame.call]:
+                raise LayerError(
+                    f"`{name}` cannot be captured: in this pass {op.module or 'the model'}'s forward ran"
+                    f" {frame.counts.get(op.func, 0)} `{op.func}` op(s), where the traced pass ran"
+                    f" {op.per_call[frame.call]} (its forward takes another path now: a cache it filled, or a"
+                    " branch on the data), so the name would point at another value.",
+                    "Capture the module's output or an op of another module; `hookdump list-modules"
+                    f" {self._label} --ops` lists them.",
+                )
 
     def _op_seen(self, frame: Frame, label: str, result: Any, inplace: bool) -> None:
         """An op of a watched module's own forward returned: keep its result if it is wanted."""
@@ -302,6 +313,7 @@ class Recorder:
         Returns the class whose score was differentiated for each image (empty without grad).
         """
         forward = self.model if forward is None else forward
+        self._label = model_label
         while True:
             self.calls = dict.fromkeys(self.selected, 0)
             self._prefix_now, self._other_now = {}, {}

@@ -206,7 +206,7 @@ def _recorder(net: torch.nn.Module, found: CapturePlan) -> Recorder:
     return Recorder(
         net, found.targets, opts.what, grad=opts.grad, expected_calls=calls if early else None,
         finished=finished, reduce=opts.reduce, save_as=found.save_as, channels_last=found.channels_last,
-        tokens=token_layout(net), op_values={name: op.callees for name, op in ops.items()},
+        tokens=token_layout(net), op_values=ops,
     )  # fmt: skip
 
 

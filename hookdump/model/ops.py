@@ -13,6 +13,7 @@ the inventory) and lists each module's own ops with their output shapes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -77,16 +78,18 @@ Seen = Callable[[Frame, str, Any, bool], None]  # (the module call, op label, re
 
 class OpWatch(TorchFunctionMode):
     """While entered, every torch function that returns a tensor, run by the innermost watched module call,
-    is named and handed to ``seen(frame, label, result, in place)``; outside any frame, nothing is.
+    is named and handed to ``seen(frame, label, result, in place)``; outside any frame, nothing is; ``done``
+    gets each frame when its call returns.
 
     ``attach`` pushes a frame when a watched module's forward starts and pops it when it ends. ``scoped``:
     the mode enters itself with the first frame and leaves with the last, so that only the forwards of the
     modules whose ops are wanted pay for it; ``leave`` undoes what an exception that skipped the forward
     hooks left (``always_call`` hooks do not run for a ``BaseException``)."""
 
-    def __init__(self, seen: Seen, scoped: bool = False) -> None:
+    def __init__(self, seen: Seen, scoped: bool = False, done: Callable[[Frame], None] | None = None) -> None:
         super().__init__()
         self.seen = seen
+        self.done = done  # called with each call's frame (not a quiet one) when the call returns
         self.scoped = scoped
         self.entered = False
         self.frames: list[Frame] = []
@@ -157,10 +160,12 @@ class OpWatch(TorchFunctionMode):
     def _pop(self, path: str) -> Callable[..., None]:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             if self.frames and self.frames[-1].path == path:
-                self.frames.pop()
+                frame = self.frames.pop()
                 if self.scoped and not self.frames and self.entered:
                     self.entered = False
                     self.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+                if self.done is not None and not frame.quiet:
+                    self.done(frame)
 
         return hook
 
@@ -176,6 +181,12 @@ class OpInfo:
     calls: int = 1  # calls of the module in which it ran
     inplace: bool = False  # x += y: the value the op left in x
     callees: tuple[str, ...] = ()  # the modules its module's forward calls (directly or not): their frames
+    per_call: tuple[int, ...] = ()  # how many ops of its function each call of its module ran
+
+    @property
+    def func(self) -> str:
+        """The torch function's name: ``add`` of ``add_1``."""
+        return base_of(self.op)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -189,6 +200,10 @@ def discover(model: nn.Module, run: Callable[[], Any]) -> dict[str, list[OpInfo]
     order they ran; an op's shapes are those of its first call."""
     found: dict[str, dict[str, OpInfo]] = {}
     calls: dict[str, dict[str, set[int]]] = {}
+    runs: dict[str, dict[int, dict[str, int]]] = {}  # path -> call -> ops of each function in it
+
+    def done(frame: Frame) -> None:
+        runs.setdefault(frame.path, {})[frame.call] = dict(frame.counts)
 
     def seen(frame: Frame, label: str, result: Any, inplace: bool) -> None:
         ops = found.setdefault(frame.path, {})
@@ -198,7 +213,7 @@ def discover(model: nn.Module, run: Callable[[], Any]) -> dict[str, list[OpInfo]
             )
         calls.setdefault(frame.path, {}).setdefault(label, set()).add(frame.call)
 
-    watch = OpWatch(seen)
+    watch = OpWatch(seen, done=done)
     callees = watch.callees
     with watch.watching(model), watch:
         run()
@@ -207,7 +222,15 @@ def discover(model: nn.Module, run: Callable[[], Any]) -> dict[str, list[OpInfo]
         for label, info in ops.items():
             info.calls = len(calls[path][label])
             info.callees = inside
+            info.per_call = tuple(
+                counts.get(info.func, 0) for _, counts in sorted(runs.get(path, {}).items())
+            )
     return {path: list(ops.values()) for path, ops in found.items()}
+
+
+def base_of(label: str) -> str:
+    """The torch function an op label names: ``add`` of ``add_1`` (``Frame.label``)."""
+    return re.sub(r"_[0-9]+$", "", label)
 
 
 def called(path: str, callees: dict[str, set[str]]) -> set[str]:

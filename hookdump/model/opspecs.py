@@ -93,3 +93,21 @@ def fast_path_notes(names: list[str], inventory: Inventory) -> list[str]:
                 " mode): values there may differ from a plain run's by float rounding"
             )
     return list(dict.fromkeys(notes))
+
+
+def channels_last(names: list[str], inventory: Inventory, owners_last: set[str]) -> set[str]:
+    """The op values whose 4-D maps are ``(N, H, W, C)``: of the shape of their module's input or output
+    and that module's layout (``owners_last``: the modules whose maps are channels last), or of one of
+    those shapes with its channels moved last (a ConvNeXt norm's ``permute``, then its ``layer_norm``)."""
+    found = set()
+    for name in names:
+        op = inventory.op(name)
+        module = inventory.get(op.module) if op is not None and op.module else None
+        if op is None or module is None or len(op.shapes) != 1 or len(op.shapes[0]) != 4:
+            continue
+        shape, own = op.shapes[0], module.input_shapes + module.output_shapes
+        moved = [[s[0], s[2], s[3], s[1]] for s in own if len(s) == 4]  # (N, C, H, W) -> (N, H, W, C)
+        last = op.module in owners_last
+        if (shape in own and last) or (shape in moved and shape not in own and not last):
+            found.add(name)
+    return found

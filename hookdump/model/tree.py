@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,7 +149,7 @@ class Inventory:
             return None
         module = self._by_name.get(op.module)
         return ModuleInfo(
-            name, f"op {re.sub(r'_[0-9]+$', '', op.op)}", 0, False, [],
+            name, f"op {op.func}", 0, False, [],
             calls=module.calls if module is not None else 1, output_shapes=op.shapes,
             finished=module.finished if module is not None else None,
         )  # fmt: skip
