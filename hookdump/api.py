@@ -205,6 +205,7 @@ def plan(
     targets = layers.resolve(list(layer_specs), found, name.requested, resolved)
     op_values = [t.path for t in targets if found.op(t.path) is not None]
     op_notes = checks.check_op_values([t.path for t in targets], op_values, opts)
+    opspecs.check_batch_first(op_values, found, name.requested)
     op_notes += opspecs.fast_path_notes(op_values, found)
     if opts.grad:  # the run's own check of the scores, on the traced output: --dry-run says the same
         scores.check(found.returns, opts.target, name.requested, found.returns_plain)

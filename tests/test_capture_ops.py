@@ -226,3 +226,36 @@ class _Plain(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         return func(*args, **(kwargs or {}))
+
+
+SCOPED = [
+    ("test_vit", "blocks.1.attn"),
+    ("test_convnext", "stages.1.blocks.0"),
+    ("test_efficientnet", "blocks.3.0.se"),
+    ("twins_svt_small", "blocks.0.0.attn"),
+    ("coat_lite_tiny", "serial_blocks1.0.factoratt_crpe"),
+    ("mvitv2_tiny", "stages.1.blocks.0.attn"),
+    ("swin_tiny_patch4_window7_224", "layers.1.blocks.1"),
+    ("tv:resnet18", "layer1.0"),
+    ("open_clip:ViT-S-32", "visual.transformer.resblocks.0.attn"),
+]
+
+
+@pytest.mark.parametrize(("model", "module"), SCOPED, ids=[m for m, _ in SCOPED])
+def test_the_scoped_watch_names_every_op_as_the_meta_trace_does(
+    model: str, module: str, tmp_path: Path
+) -> None:
+    """Every op of one module (``MODULE:*``), captured in two passes of one photo each, with only that
+    module's forward watched: each name the meta trace gave ran, in every pass, as often as there, with the
+    traced shape but for the batch (a capture stops at the first name that did not)."""
+    spec = api.ModelSpec(model, seed=1)
+    tree = api.list_modules(spec, ops=True)
+    traced = {op.name: op for op in (tree.inventory.ops or {})[module]}
+    photos = [SKIMAGE_DATA / "chelsea.png", SKIMAGE_DATA / "coffee.png"]
+    got = capture(tmp_path, spec, [f"{module}:*"], photos, batch_size=1)
+    names = [e["layer"] for e in got.manifest["tensors"]]
+    traced = {name: op for name, op in traced.items() if op.batch_axis == 0}  # the pattern leaves the others
+    assert sorted(set(names)) == sorted(traced) and traced
+    for entry in got.manifest["tensors"]:  # batch first (or windows of it): two passes of one photo
+        shape = traced[entry["layer"]].shapes[int(entry["index"]) if entry["index"] is not None else 0]
+        assert entry["shape"] == [2 * shape[0], *shape[1:]], (entry, shape)

@@ -278,19 +278,63 @@ def test_an_op_value_in_channels_last_is_pooled_on_its_own_axes(tmp_path: Path, 
     np.testing.assert_allclose(pooled["stages.0.blocks.0:mul"], mul.mean(axis=(2, 3)), atol=1e-6)
 
 
-def test_a_forward_that_runs_other_ops_after_the_first_pass_is_refused(tmp_path: Path) -> None:
-    """LeViT's attention computes its bias table (a ``getitem``) on its first eval pass and reuses a cache
-    after: from the second batch on, ``attn:getitem`` would name nothing (or another value), so the capture
-    stops with the counts; its ``softmax``, which every pass runs once, is captured whole."""
-    photos = _photos(tmp_path / "photos", 2)
-    args = ("capture", "-m", "levit_128s", photos, "--batch-size", "1", "--workers", "0")
-    done = hd(tmp_path, *args, "-l", "stages.0.blocks.0.attn:getitem", "-o", tmp_path / "a")
-    assert done.returncode == 3, done.stderr
-    words = ["cannot be captured", "ran 0 `getitem` op(s), where the traced pass ran 1", "levit_128s --ops"]
-    paragraph(done.stderr, "`stages.0.blocks.0.attn:getitem`", *words)
+def test_a_forward_that_runs_other_ops_after_the_first_pass_is_refused(tmp_path: Path, chelsea: Path) -> None:
+    """A forward that adds one more ``add`` from its second call on: ``:add`` is ``x + 2`` in the first
+    pass and would be ``x + 1`` in the next, so the capture stops with the counts, writing nothing."""
+    from hookdump import api
+    from hookdump.errors import LayerError
+
+    class Drifting(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 2, 3)
+            self.passes = 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.conv(x)
+            if self.passes:
+                x = x + 1
+            self.passes += 1
+            return x + 2
+
+    transform = timm.data.create_transform(input_size=(3, 32, 32))
+    options = {"model": Drifting().eval(), "transform": transform, "batch_size": 1, "workers": 0}
+    with pytest.raises(LayerError, match=r"ran 2 `add` op\(s\), where the traced pass ran 1"):
+        api.capture([str(chelsea), str(SKIMAGE_DATA / "coffee.png")], [":add"], out=tmp_path / "a", **options)
     assert not (tmp_path / "a").exists()
-    done = hd(tmp_path, *args, "-l", "stages.0.blocks.0.attn:softmax", "-o", tmp_path / "b")
+
+
+def test_an_op_without_the_batch_first_is_refused(tmp_path: Path, chelsea: Path) -> None:
+    """The batch axis of each op is found by a second meta pass at batch 2: ViT's qkv ``permute`` (3, N, ...),
+    OpenCLIP's (L, N, C) transpose and LeViT's cached bias table (no second run) are refused before any work,
+    saying which; the ``unbind`` after the permute (batch first again) is captured."""
+    cases = [
+        (
+            "vit_tiny_patch16_224",
+            "blocks.0.attn:permute",
+            "(3, 1, 3, 197, 64) for one input has its batch on axis 1",
+        ),
+        ("open_clip:ViT-S-32", "visual.transformer.resblocks.0.attn:transpose", "has its batch on axis 1"),
+        ("levit_128s", "stages.0.blocks.0.attn:getitem", "ran in the traced pass only"),
+    ]
+    for model, layer, words in cases:
+        done = hd(tmp_path, "capture", "-m", model, "-l", layer, chelsea, "--dry-run")
+        assert done.returncode == 3, done.stderr
+        paragraph(
+            done.stderr, f"`{layer}`", words, "saves tensors batch first", f"list-modules {model} --ops"
+        )
+    done = hd(
+        tmp_path,
+        "capture",
+        "-m",
+        "vit_tiny_patch16_224",
+        "-l",
+        "blocks.0.attn:unbind",
+        chelsea,
+        "-o",
+        tmp_path / "u",
+    )
     assert done.returncode == 0, done.stderr
-    softmax = np.array(hookdump.open(tmp_path / "b")["stages.0.blocks.0.attn:softmax"])
-    assert softmax.shape == (2, 4, 196, 196)
-    np.testing.assert_allclose(softmax.sum(axis=-1), 1.0, rtol=1e-5)
+    assert [hookdump.open(tmp_path / "u")[n].shape for n in hookdump.open(tmp_path / "u")] == [
+        (1, 3, 197, 64)
+    ] * 3

@@ -12,7 +12,7 @@ from torch import nn
 from ..errors import InputError, UsageError
 from . import featlevels
 from .meta import FastShapes
-from .ops import discover
+from .ops import discover, mark_batch_axes
 from .outputs import tensor_shapes
 from .tree import ATTN_DROP, Inventory, ModuleInfo, is_container
 
@@ -93,6 +93,11 @@ def trace(
                 returned = kept[0]
             else:
                 returned = model(x)
+            for handle in handles:
+                handle.remove()
+            if inventory.ops is not None:  # a second pass, unhooked: which axis of each op is the batch
+                twice = torch.zeros((2, *input_size), device=device)
+                mark_batch_axes(inventory.ops, discover(model, lambda: model(twice)))
     finally:
         for handle in handles:
             handle.remove()

@@ -72,7 +72,7 @@ def call_out_of_range(path: str, call: int, calls: int) -> LayerError:
 
 def _resolve_one(spec: str, inventory: Inventory, model_label: str, notes: list[str] | None) -> list[str]:
     if opspecs.is_op_spec(spec):
-        return opspecs.select(spec, inventory, model_label)
+        return opspecs.select(spec, inventory, model_label, notes)
     if featlevels.is_spec(spec):
         return featlevels.select(spec, inventory, model_label, notes)
     matched = match(spec, inventory.names)

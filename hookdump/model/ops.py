@@ -182,6 +182,8 @@ class OpInfo:
     inplace: bool = False  # x += y: the value the op left in x
     callees: tuple[str, ...] = ()  # the modules its module's forward calls (directly or not): their frames
     per_call: tuple[int, ...] = ()  # how many ops of its function each call of its module ran
+    batch_axis: int | None = 0  # the axis that grows with the batch (``mark_batch_axes``); None: none does;
+    # -1: the second pass did not run it (a cache the first filled)
 
     @property
     def func(self) -> str:
@@ -226,6 +228,24 @@ def discover(model: nn.Module, run: Callable[[], Any]) -> dict[str, list[OpInfo]
                 counts.get(info.func, 0) for _, counts in sorted(runs.get(path, {}).items())
             )
     return {path: list(ops.values()) for path, ops in found.items()}
+
+
+def mark_batch_axes(ops: dict[str, list[OpInfo]], again: dict[str, list[OpInfo]]) -> None:
+    """Each op's ``batch_axis``, from ``again``, the ops of a pass at batch 2: the first axis that doubled in
+    every tensor it returns, None where none did (the same value for every input), -1 for an op that pass
+    did not run (a cache filled by the first)."""
+    second = {op.name: op.shapes for found in again.values() for op in found}
+    for found in ops.values():
+        for op in found:
+            if op.name not in second or len(second[op.name]) != len(op.shapes):
+                op.batch_axis = -1
+                continue
+            pairs = list(zip(op.shapes, second[op.name], strict=True))
+            axes = [
+                i for i in range(min(len(a) for a, _ in pairs))
+                if all(len(a) == len(b) and b[i] == 2 * a[i] for a, b in pairs)
+            ]  # fmt: skip
+            op.batch_axis = axes[0] if axes else None
 
 
 def base_of(label: str) -> str:

@@ -24,12 +24,23 @@ def is_op_spec(spec: str) -> bool:
     return ":" in body
 
 
-def select(spec: str, inventory: Inventory, model_label: str) -> list[str]:
-    """The op names (``PATH:OP``) ``spec`` picks, in ``Inventory.op_names`` order."""
+def select(spec: str, inventory: Inventory, model_label: str, notes: list[str] | None = None) -> list[str]:
+    """The op names (``PATH:OP``) ``spec`` picks, in ``Inventory.op_names`` order; a pattern leaves out the
+    values whose first axis is not the batch (``check_batch_first``), with a note, unless it picks only
+    those."""
     names = inventory.op_names
     matched = match(spec, names)
     if matched:
-        return matched
+        kept = [n for n in matched if inventory.op(n).batch_axis == 0]  # type: ignore[union-attr]
+        if not kept:
+            check_batch_first(matched[:1], inventory, model_label)
+        left = [n for n in matched if n not in kept]
+        if left and notes is not None:
+            notes.append(
+                f"`{spec}` leaves out {len(left)} op value(s) whose first axis is not the batch:"
+                f" {first_few(left)}"
+            )
+        return kept
     listing = f"`hookdump list-modules {model_label} --ops` lists each module's ops."
     if matched is not None:
         probe = re.sub(r"\*+|\?|\[[^]]*\]", "0", normalize(spec.removeprefix("re:")))
@@ -73,6 +84,29 @@ def select(spec: str, inventory: Inventory, model_label: str) -> list[str]:
 
 #: Modules with a fused fast path in eval mode that torch turns off while a torch function mode is active.
 FAST_PATHS = ("MultiheadAttention", "TransformerEncoderLayer")
+
+
+def check_batch_first(names: list[str], inventory: Inventory, model_label: str) -> None:
+    """Refuse op values whose first axis is not the batch (``OpInfo.batch_axis``): hookdump's files are
+    batch first, and such a tensor's batches would be joined on the wrong axis."""
+    listing = f"`hookdump list-modules {model_label} --ops` shows the ops and their shapes"
+    for name in names:
+        op = inventory.op(name)
+        if op is None or op.batch_axis == 0:
+            continue
+        shape = f"({', '.join(map(str, op.shapes[0]))})" if op.shapes else "()"
+        if op.batch_axis == -1:
+            why = "ran in the traced pass only, not in a second one (the forward caches it), so no axis of it"
+            why += " can be told to be the batch"
+        elif op.batch_axis is None:
+            why = "is the same for every input: no axis of it grows with the batch"
+        else:
+            why = f"has its batch on axis {op.batch_axis}"
+        raise LayerError(
+            f"`{name}` {shape} for one input {why}, and hookdump saves tensors batch first, one row per"
+            " input.",
+            f"Capture an op where the batch is the first axis, or the module's output: {listing}.",
+        )
 
 
 def fast_path_notes(names: list[str], inventory: Inventory) -> list[str]:
