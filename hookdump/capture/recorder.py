@@ -12,12 +12,13 @@ from torch.utils.hooks import RemovableHandle
 
 from ..errors import LayerError
 from ..model.layers import LayerTarget, call_out_of_range
-from ..model.ops import Frame, OpInfo, OpWatch
+from ..model.ops import OpInfo
 from ..model.outputs import leaves, tensor_shapes
 from ..model.tree import is_container
 from ..store import profile
 from ..store.records import Captured, Key, key_from_json
 from . import scores
+from .opvalues import OpValues
 from .reduce import prefix_of
 from .reduce import reduce as pool
 
@@ -79,11 +80,7 @@ class Recorder:
     ) -> None:
         self.model = model
         self.op_values = op_values or {}
-        self._ops = OpWatch(self._op_seen, scoped=True, done=self._op_call_done) if self.op_values else None
-        self._owned: dict[str, list[str]] = {}  # module path -> its wanted op values
-        self._label = "MODEL"  # the model's name, for errors
-        for name, op in self.op_values.items():
-            self._owned.setdefault(op.module, []).append(name)
+        self._ops = OpValues(self.op_values, self._op_ran, self._op_returned) if self.op_values else None
         self._ops_ran: set[str] = set()  # op values seen in this pass
         self.what = what
         self.grad = grad
@@ -124,9 +121,8 @@ class Recorder:
     def __enter__(self) -> Recorder:
         modules = dict(self.model.named_modules())
         try:
-            if self._ops is not None:  # first: an owner's frame is done before its stop check runs
-                inside = {path for op in self.op_values.values() for path in op.callees} - set(self._owned)
-                self._handles += self._ops.attach(self.model, set(self._owned), inside)
+            if self._ops is not None:  # first: an owner's call is counted before its stop check runs
+                self._handles += self._ops.attach(self.model)
             for path in self.selected:
                 if path in self.op_values:
                     continue
@@ -216,31 +212,16 @@ class Recorder:
 
         return hook
 
-    def _op_call_done(self, frame: Frame) -> None:
-        """A call of a module owning wanted op values returned: count it, and refuse a call that ran another
-        number of ops of their function than the traced pass (a cache filled on the first pass, a branch on
-        the data): their names would point at other values."""
-        for name in self._owned[frame.path]:
-            self.calls[name] += 1
-            op = self.op_values[name]
-            if frame.call < len(op.per_call) and frame.counts.get(op.func, 0) != op.per_call[frame.call]:
-                raise LayerError(
-                    f"`{name}` cannot be captured: in this pass {op.module or 'the model'}'s forward ran"
-                    f" {frame.counts.get(op.func, 0)} `{op.func}` op(s), where the traced pass ran"
-                    f" {op.per_call[frame.call]} (its forward takes another path now: a cache it filled, or a"
-                    " branch on the data), so the name would point at another value.",
-                    "Capture the module's output or an op of another module; `hookdump list-modules"
-                    f" {self._label} --ops` lists them.",
-                )
+    def _op_returned(self, name: str) -> None:
+        self.calls[name] += 1
 
-    def _op_seen(self, frame: Frame, label: str, result: Any, inplace: bool) -> None:
-        """An op of a watched module's own forward returned: keep its result if it is wanted."""
-        name = f"{frame.path}:{label}"
-        if name in self.op_values and self._wanted(name, frame.call):
+    def _op_ran(self, name: str, call: int, result: Any) -> None:
+        """A wanted op returned in its module's ``call``: keep its result if that call is wanted."""
+        if self._wanted(name, call):
             self._ops_ran.add(name)
             start = _clock()
             for index, leaf in leaves(result):
-                self._keep((name, "output", index, frame.call), leaf)
+                self._keep((name, "output", index, call), leaf)
             _add("hooks", start)
 
     def _stop_if_done(self, *hook_args: Any) -> None:
@@ -251,11 +232,8 @@ class Recorder:
         if self._ops is None:
             self._keep_now(key, value)
             return
-        self._ops.muted += 1  # its copies are no op of the module whose forward runs
-        try:
+        with self._ops.muted():  # its copies are no op of the module whose forward runs
             self._keep_now(key, value)
-        finally:
-            self._ops.muted -= 1
 
     def _keep_now(self, key: Key, value: Any) -> None:
         if not isinstance(value, torch.Tensor):
@@ -313,7 +291,8 @@ class Recorder:
         Returns the class whose score was differentiated for each image (empty without grad).
         """
         forward = self.model if forward is None else forward
-        self._label = model_label
+        if self._ops is not None:
+            self._ops.label = model_label
         while True:
             self.calls = dict.fromkeys(self.selected, 0)
             self._prefix_now, self._other_now = {}, {}
