@@ -67,6 +67,7 @@ def options_record(
         "shard": opts.shard,
         "attention": opts.attention,
         **({"compile": True} if opts.compile else {}),  # absent when off: --resume of older captures works
+        **({"image_key": source.image_key} if source.image_key else {}),  # (of tar shard samples) likewise
     }
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import HookdumpError, InputError, Interrupted, UsageError
+from ..inputs import shards
 from ..store.outdir import read_progress
 from ..store.reader import read_manifest
 from .merge import MergeResult, merge
@@ -61,7 +62,8 @@ def shard_of(
     index, count = parse_shard(opts.shard or "")
     if source.random:
         raise UsageError("--shard splits image inputs; --random-input is one.", "Drop --shard.")
-    first, last = shard_rows(len(paths), opts.batch_size, index, count)
+    tar = shards.whole_shards(paths, index, count)  # at least as many tar shards as parts: whole ones
+    first, last = tar if tar is not None else shard_rows(len(paths), opts.batch_size, index, count)
     if first == last:
         batches = -(-len(paths) // opts.batch_size)
         raise UsageError(
@@ -76,6 +78,7 @@ def shard_of(
         "first_row": first,
         "rows": last - first,
         "run": run,
+        **({"split": "tar shards"} if tar is not None else {}),
     }
 
 

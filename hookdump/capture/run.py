@@ -13,7 +13,7 @@ import torch
 
 from .. import units
 from ..errors import Interrupted
-from ..inputs import files, loader
+from ..inputs import classfolders, files, loader
 from ..inputs.files import frame_notes, random_batch, skipped_note
 from ..inputs.files import records as input_records
 from ..model import layouts
@@ -49,6 +49,7 @@ def run(
     with sinks.Writer(
         opts.out, opts.formats, opts.save_dtype, opts.overwrite, opts.resume, shard_bytes, found.total_bytes
     ) as writer:
+        writer.image_key = found.config.get("image_key")  # how it hashes tar shard samples
         if opts.overwrite:  # what an interrupted torchrun capture left goes too
             shutil.rmtree(opts.out / parallel.RANKS_FOLDER, ignore_errors=True)
         if writer.committed:  # --resume of a run stopped in its final moves: the writer finished them
@@ -132,7 +133,7 @@ def run(
         records = input_records(
             [p for p in found.paths if str(p) not in state.skipped_paths], source, found.config, writer.hashes
         )
-        notes += frame_notes(records)
+        notes += frame_notes(records) + classfolders.note(records)
         extra = {**_run_record(recorder, run, opts, state.classes), "skipped": state.skipped, "notes": notes}
         extra["compile"] = compiled.record() if compiled is not None else None
         if found.shard is not None:

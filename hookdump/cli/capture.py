@@ -55,6 +55,12 @@ def capture_command(
     sample: Annotated[bool, typer.Option("--sample", help="Use the photo bundled with hookdump.")] = False,
     random_input: Annotated[bool, typer.Option("--random-input", help="One seeded random input.")] = False,
     seed: Annotated[int, typer.Option(help="Seed of random weights and of --random-input.")] = 0,
+    image_key: Annotated[
+        str | None,
+        typer.Option(
+            metavar="EXT", help="Tar shards: the member a sample's image is (default: jpg, jpeg, png, webp)."
+        ),
+    ] = None,
     input_size: InputSizeOpt = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("hookdump-out"),
     fmt: Annotated[str, typer.Option("--format", help="npy, pt, safetensors; comma-separated.")] = "npy",
@@ -128,7 +134,8 @@ def capture_command(
     if print_config:
         return shell.print_config(ctx)
     spec = spec_of(model, imports, model_arg, checkpoint=checkpoint, pretrained=pretrained, seed=seed)
-    source = files.InputSpec(tuple(images or ()), sample, random_input, seed, size_of(input_size))
+    key = image_key.lower().lstrip(".") if image_key else None
+    source = files.InputSpec(tuple(images or ()), sample, random_input, seed, size_of(input_size), key)
     names = set(api.CaptureOptions.__dataclass_fields__) - {"formats"}
     chosen = {k: v for k, v in ctx.params.items() if k in names}
     options = api.CaptureOptions(formats=(fmt,), compile=compile_model, **chosen)

@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
-from ..digest import sha256
 from ..errors import InputError, UsageError
 from ..model.sources.timm.names import ALIASES
 from ..units import first_few
-from .images import check_image, describe, open_image
+from . import classfolders, shards
+from .images import check_image, describe, digest, open_image
 from .transforms import model_mode
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
@@ -31,6 +31,7 @@ class InputSpec:
     random: bool = False
     seed: int = 0
     input_size: tuple[int, int, int] | None = None
+    image_key: str | None = None  # a tar shard sample's image member (its extension); None: the first image
 
 
 def sample_path() -> Path:
@@ -86,7 +87,7 @@ def collect(
                 f"the folder walk left out `{folder}`, the output folder (--out), and the {count} image(s) in"
                 " it: captures are never read as inputs (pass such a file by its path to take it)"
             )
-    kept = _kept(found, check_image, skipped, where)
+    kept = _kept(found, lambda path: check_image(path, spec.image_key), skipped, where)
     if found and not kept:
         raise none_readable(skipped or [])
     return kept
@@ -95,8 +96,8 @@ def collect(
 def decode_all(paths: list[Path], config: dict[str, Any], skipped: list[dict[str, str]] | None) -> list[Path]:
     """``--dry-run``: every input decoded as the run decodes it (a truncated file, a float image out of
     range refused, or with ``skipped`` recorded, the same way); the pixels are dropped."""
-    mode = model_mode(config)
-    kept = _kept(paths, lambda path: open_image(path, mode).close(), skipped)
+    mode, key = model_mode(config), config.get("image_key")
+    kept = _kept(paths, lambda path: open_image(path, mode, image_key=key).close(), skipped)
     if paths and not kept:
         raise none_readable(skipped or [])
     return kept
@@ -143,6 +144,10 @@ def none_readable(skipped: list[dict[str, str]]) -> InputError:
 
 
 def _expand(text: str, skip: frozenset[Path], left_out: list[Path]) -> list[Path]:
+    if shards.is_shards(text):  # webdataset tar shards: each sample, SHARD::KEY, in order
+        return [
+            shards.address(shard, key) for shard in shards.shard_paths(text) for key in shards.samples(shard)
+        ]
     if text.startswith("@"):
         listing = Path(text[1:])
         if not listing.is_file():
@@ -151,7 +156,10 @@ def _expand(text: str, skip: frozenset[Path], left_out: list[Path]) -> list[Path
         paths = [Path(ln) for ln in lines if ln and not ln.startswith("#")]
         if not paths:
             raise InputError(f"List file `{listing}` holds no images.", "Write one image path a line in it.")
-        return [p if p.exists() or p.is_absolute() else listing.parent / p for p in paths]
+        paths = [p if p.exists() or p.is_absolute() else listing.parent / p for p in paths]
+        return [
+            m for p in paths for m in (_expand(str(p), skip, left_out) if shards.is_shards(str(p)) else [p])
+        ]
     path = Path(text)
     if path.is_dir() and path.resolve() in skip:
         raise UsageError(
@@ -235,13 +243,18 @@ def records(
     where given) and ``describe``, or the seeded random input."""
     if source.random:
         return [{"random": True, "seed": source.seed, "shape": [1, *config["input_size"]]}]
-    mode = model_mode(config)
+    mode, key = model_mode(config), source.image_key
     sample = {"sample": True} if source.sample else {}
     known = hashes or {}
+    classes = classfolders.labels(paths, source.paths, IMAGE_SUFFIXES)
     return [
-        {"path": str(p), "sha256": known.get(str(p)) or sha256(p), **describe(p, mode), **sample}
+        {
+            "path": str(p), "sha256": known.get(str(p)) or digest(p, key), **describe(p, mode, key), **sample,
+            **(shards.label(p) if shards.is_member(p) else {}),
+            **({"label": classes[str(p)]} if str(p) in classes else {}),
+        }
         for p in paths
-    ]
+    ]  # fmt: skip
 
 
 def frame_notes(records: list[dict[str, Any]]) -> list[str]:

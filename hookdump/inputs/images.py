@@ -5,6 +5,8 @@ done."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import re
 import warnings
 from collections.abc import Iterator
@@ -14,27 +16,77 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..digest import sha256
 from ..errors import InputError
+from . import shards
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
 
 
-def check_image(path: Path) -> None:
+def check_image(path: Path, image_key: str | None = None) -> None:
     """The file exists and its header is an image (cheap: nothing decoded)."""
-    with _opened(path, f"Input `{path}`", "Fix the path (in @list files, one path a line).") as image:
+    fix = "Fix the path (in @list files, one path a line)."
+    with _opened(path, f"Input `{path}`", fix, image_key) as image:
         try:
             image.verify()
         except (OSError, SyntaxError) as exc:
             raise _unreadable(f"Input `{path}`", exc) from exc
 
 
+def digest(path: Path, image_key: str | None = None) -> str:
+    """The sha256 of an input: of its file, or of a shard sample's image member (``SHARD::KEY``)."""
+    if shards.is_member(path):
+        return hashlib.sha256(shards.image_bytes(path, image_key)).hexdigest()
+    return sha256(path)
+
+
+def exists(path: Path) -> bool:
+    """Whether an input is there to be read: a file, or a sample of a shard that is there."""
+    if not shards.is_member(path):
+        return path.is_file()
+    shard, key = shards.split(path)
+    try:
+        return shard.is_file() and key in shards.samples(shard)
+    except InputError:
+        return False
+
+
+def stamp(path: Path) -> tuple[int, int]:
+    """(size, mtime_ns) of an input's file (a sample's shard): what a cache of it is keyed by; (-1, -1)
+    when it is not there."""
+    file = shards.split(path)[0] if shards.is_member(path) else path
+    try:
+        stat = file.stat()
+    except OSError:
+        return -1, -1
+    return stat.st_size, stat.st_mtime_ns
+
+
 @contextlib.contextmanager
-def _opened(path: Path, name: str, missing: str) -> Iterator[PILImage]:
+def _opened(path: Path, name: str, missing: str, image_key: str | None = None) -> Iterator[PILImage]:
     """``Image.open`` with each way it fails as an InputError naming the file (``missing``: the fix when
-    it does not exist). An image over Pillow's pixel limit is refused, never decoded with a warning."""
+    it does not exist), or the sample of a tar shard (``SHARD::KEY``: its image member, ``image_key``'s).
+    An image over Pillow's pixel limit is refused, never decoded with a warning."""
     from PIL import Image
 
+    if shards.is_member(path):
+        from PIL import UnidentifiedImageError
+
+        data = io.BytesIO(shards.image_bytes(path, image_key))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                image = Image.open(data)
+        except UnidentifiedImageError as exc:  # (its message names the in-memory file)
+            raise InputError(
+                f"{name} is not an image: its image member is no format Pillow reads.", _SKIP
+            ) from exc
+        except (OSError, SyntaxError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+            raise _unreadable(name, exc) from exc
+        with image:
+            yield image
+        return
     if path.is_dir():
         raise InputError(
             f"{name} is a folder, not an image file.",
@@ -166,9 +218,9 @@ def _orientation(image: PILImage) -> int:
     return int(Image.Image.getexif(image).get(ExifTags.Base.Orientation, 1))
 
 
-def describe(path: Path, mode: str = "RGB") -> dict[str, Any]:
+def describe(path: Path, mode: str = "RGB", image_key: str | None = None) -> dict[str, Any]:
     """What ``open_image(path, mode)`` does to the file, read from its header (nothing decoded)."""
-    with _opened(path, f"`{path}`", "Pass an existing image file.") as image:
+    with _opened(path, f"`{path}`", "Pass an existing image file.", image_key) as image:
         record: dict[str, Any] = {"mode": image.mode, "size": list(image.size)}
         plan, turn = _plan(image, mode), _orientation(image)
         if getattr(image, "is_animated", False):  # GIF, APNG, WebP animations; multi-page TIFF
@@ -180,12 +232,12 @@ def describe(path: Path, mode: str = "RGB") -> dict[str, Any]:
     return record
 
 
-def open_image(path: Path, mode: str = "RGB", option: str = "") -> PILImage:
+def open_image(path: Path, mode: str = "RGB", option: str = "", image_key: str | None = None) -> PILImage:
     """The image decoded, turned upright as its EXIF says, converted to ``mode`` as ``_plan`` decides."""
     from PIL import ImageOps
 
     name = f"{option} `{path}`".strip()
-    with _opened(path, name, "Pass an existing image file.") as image:
+    with _opened(path, name, "Pass an existing image file.", image_key) as image:
         try:
             plan = _plan(image, mode)
             return _apply(ImageOps.exif_transpose(image), plan, mode, name)

@@ -51,7 +51,8 @@ class _Images(Dataset[tuple[int, torch.Tensor | None, str, str]]):
         if self.transform is None:
             self.transform = eval_transform(self.config)
         try:
-            return i, self.transform(open_image(self.paths[i], model_mode(self.config))), "", ""
+            image = open_image(self.paths[i], model_mode(self.config), image_key=self.config.get("image_key"))
+            return i, self.transform(image), "", ""
         except InputError as exc:
             return i, None, exc.message, exc.hint or ""
 

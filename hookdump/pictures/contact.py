@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..inputs.images import exists, open_image
 from .colormap import paint
 from .grid import CHAR, LINE, PADDING, SEPARATOR, TEXT
 from .maps import to_unit
@@ -28,9 +29,8 @@ def tile(
     from PIL import Image
 
     unit = None if channel_map is None else to_unit(channel_map.astype(np.float32), None)[0]
-    if photo is not None and photo.is_file():
-        with Image.open(photo) as opened:
-            seen, _ = fit_photo(opened.convert("RGB"), transform)
+    if photo is not None and exists(photo):
+        seen, _ = fit_photo(open_image(photo), transform)
         side = max(TILE, max(seen.size))
         seen = seen.resize((side * seen.width // max(seen.size), side * seen.height // max(seen.size)))
         return np.asarray(seen) if unit is None else blend(unit, seen, ALPHA, "inferno")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HookdumpError, NoMap, UsageError
-from ..inputs.images import open_image
+from ..inputs.images import exists, open_image, stamp
 from ..store import claims
 from ..store.manifest import ROLLOUT, picture_name
 from ..store.tensorfile import Array, Loaded, expand, is_gradient, load
@@ -178,10 +178,8 @@ def _fitted(loaded: Loaded, style: Style) -> tuple[Image, str]:
     """``--overlay``'s photo as the model's eval transform cropped it: decoded and cropped once per version
     of the photo and transform, however many tensors are drawn over it."""
     assert style.photo is not None
-    stat = style.photo.stat() if style.photo.is_file() else None
-    stamp = (stat.st_size, stat.st_mtime_ns) if stat else (-1, -1)
     transform = json.dumps((loaded.manifest or {}).get("transform"), sort_keys=True)
-    return _fit_once(str(style.photo), stamp, transform)
+    return _fit_once(str(style.photo), stamp(style.photo), transform)
 
 
 @functools.lru_cache(maxsize=8)
@@ -196,7 +194,7 @@ def capture_pictures(out: Path, inputs: list[dict[str, Any]]) -> Shown:
     (vectors, windowed attention, an unreadable photo) is said in a note, never an error: the capture
     itself is done."""
     first = inputs[0].get("path") if inputs else None
-    photo = Path(first) if first and Path(first).is_file() else None
+    photo = Path(first) if first and exists(Path(first)) else None
     drawn: list[Rendered] = []
     notes: list[str] = []
     for over in [None, photo] if photo is not None else [None]:

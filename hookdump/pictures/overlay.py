@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..digest import sha256
+from ..inputs.images import digest, stamp
 from .colormap import paint
 from .maps import describe_nonfinite, to_unit
 
@@ -83,13 +83,12 @@ def fit_photo(photo: Image, transform: dict[str, Any] | None) -> tuple[Image, st
 
 def _digest(photo: Path) -> str:
     """The photo's sha256, computed once per version of the file (``show`` of many tensors asks for each)."""
-    stat = photo.stat()
-    return _digest_of(str(photo.resolve()), stat.st_size, stat.st_mtime_ns)
+    return _digest_of(str(photo), *stamp(photo))
 
 
 @functools.lru_cache(maxsize=16)
 def _digest_of(path: str, size: int, mtime_ns: int) -> str:
-    return sha256(Path(path))
+    return digest(Path(path))
 
 
 def photo_notes(loaded: Loaded, photo: Path, index: int) -> list[str]:

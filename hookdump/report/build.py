@@ -26,7 +26,7 @@ from typing import Any
 from ..digest import sha256
 from ..errors import InputError, UsageError
 from ..failures import from_environment
-from ..inputs.images import open_image
+from ..inputs.images import digest, exists, open_image
 from ..pictures import draw
 from ..store import claims
 from ..store.lock import check_free
@@ -163,10 +163,10 @@ def _inputs(manifest: dict[str, Any], folder: Path) -> list[InputRow]:
 
 def _thumbnail(row: InputRow, path: Path, folder: Path) -> None:
     """A JPEG thumbnail of the photo, when it is still there and still the same bytes."""
-    if not path.is_file():
+    if not exists(path):
         row.no_thumbnail = f"not found at {path}"
         return
-    if row.sha256 and sha256(path) != row.sha256:
+    if row.sha256 and digest(path) != row.sha256:
         row.no_thumbnail = "the file has changed since the capture (another sha256)"
         return
     try:

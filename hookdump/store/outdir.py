@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..digest import sha256
 from ..errors import InputError, UsageError
+from ..inputs.images import digest as input_digest
 from . import claims
 from .claims import check_folder
 from .manifest import MANIFEST
@@ -190,9 +190,10 @@ def read_hashes(out: Path, batches: int) -> list[list[Any]]:
 def check_inputs_unchanged(out: Path, progress: dict[str, Any]) -> None:
     """``--resume``: each input whose rows are already on disk still holds what was read then (its sha256),
     so the finished files are all of today's inputs. Only those inputs are hashed again."""
+    image_key = (progress.get("options") or {}).get("image_key")
     for path, digest in read_hashes(out, int(progress.get("batches", 0))):
         try:
-            now = sha256(Path(path))
+            now = input_digest(Path(path), image_key)
         except OSError as exc:
             now = f"unreadable ({exc.strerror or exc})"
         if now != digest:

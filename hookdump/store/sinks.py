@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from ..digest import sha256
 from ..errors import Interrupted, UsageError, check_choice
 from ..failures import DISK_FULL, disk_full
+from ..inputs.images import digest
 from . import commit, outdir, profile
 from .lock import OutputLock
 from .manifest import MANIFEST
@@ -100,6 +100,7 @@ class Writer:
         self._keep_scratch = False
         self._synced = 0  # streams whose file names were made durable
         self.hashes: dict[str, str] = {}  # each input's sha256 when its batch was written
+        self.image_key: str | None = None  # the inputs' --image-key (of tar shard samples)
 
     def __enter__(self) -> Writer:
         """Create ``out``, lock it (one capture at a time), then continue or clear its scratch folder."""
@@ -198,7 +199,7 @@ class Writer:
         the batch's ``inputs``, and its classes with --grad, are appended to files of their own, so no
         checkpoint grows with the dataset)."""
         start = profile.clock()
-        pairs = [(str(p), sha256(p)) for p in inputs]
+        pairs = [(str(p), digest(p, self.image_key)) for p in inputs]
         self.hashes.update(pairs)
         _append_line(self.scratch / HASHES, json.dumps(pairs))
         if classes:
