@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -249,9 +250,14 @@ def test_manifest_records_the_16bit_conversion(cli, chelsea: Path, tmp_path: Pat
         size = list(image.size)
     assert sixteen == {
         "path": str(path),
-        "sha256": inputs.sha256(path),
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
         "mode": "I;16",
         "size": size,
         "conversion": SIXTEEN_BIT,
     }
-    assert eight == {"path": str(chelsea), "sha256": inputs.sha256(chelsea), "mode": "RGB", "size": size}
+    assert eight == {
+        "path": str(chelsea),
+        "sha256": hashlib.sha256(chelsea.read_bytes()).hexdigest(),
+        "mode": "RGB",
+        "size": size,
+    }

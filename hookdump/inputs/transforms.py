@@ -139,7 +139,8 @@ def eval_transform(config: dict[str, Any]) -> Callable[[Any], torch.Tensor]:
         return ResizeCrop(config)
     from timm.data import create_transform
 
-    return create_transform(**config, is_training=False)  # type: ignore[no-any-return]
+    timm_config = {k: v for k, v in config.items() if k != "image_key"}  # (which member of a tar sample)
+    return create_transform(**timm_config, is_training=False)  # type: ignore[no-any-return]
 
 
 class ResizeCrop:
