@@ -192,13 +192,14 @@ def plan(
         if source
         else []
     )
+    walk_notes += files.option_notes(paths, source) if source is not None else []
     pixels = ("mean", "std") if source is not None and not source.random else ()
     must_say = (() if size is not None else ("input size",)) + pixels  # what a module of yours must say
     config, transform_notes = transforms.eval_config(
         origin.preprocess, spec, build_meta, lambda: load_real()[0], size, paths, must_say
     )
-    if source is not None and source.image_key:  # the decoding workers read a sample's image by it
-        config["image_key"] = source.image_key
+    if source is not None and source.image_part:  # the decoding workers read a sample's image by it
+        config["image_key"] = source.image_part
     wants_ops = any(opspecs.is_op_spec(s) for s in layer_specs)  # the ops are named in the traced pass
     found = inventory.take(
         build_meta, lambda: load_real()[0], config["input_size"], size_given=size is not None, ops=wants_ops

@@ -114,7 +114,7 @@ def test_bad_shards_are_one_paragraph_each_and_skip_bad_names_the_sample(
         ("zero.tar", ["Shard `zero.tar` is not a tar file hookdump can read"]),
         ("empty.tar", ["Shard `empty.tar` holds no sample (an empty tar)"]),
         (str(dataset / "train-{000..004}.tar"), ["train-003.tar` (of the 5", "does not exist"]),
-        ("bad.tar", ["Input `bad.tar::text` is not an image: its image member is no format Pillow reads"]),
+        ("bad.tar", ["Input `bad.tar::text` is not an image: its image bytes are no format Pillow reads"]),
     ]
     for given, words in cases:
         done = hd(tmp_path, "capture", *MODEL, given, "-o", "x")

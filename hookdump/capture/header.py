@@ -68,6 +68,8 @@ def options_record(
         "attention": opts.attention,
         **({"compile": True} if opts.compile else {}),  # absent when off: --resume of older captures works
         **({"image_key": source.image_key} if source.image_key else {}),  # (of tar shard samples) likewise
+        **({"image_column": source.image_column} if source.image_column else {}),  # (of tables)
+        **({"label_column": source.label_column} if source.label_column else {}),
     }
 
 

@@ -61,6 +61,15 @@ def capture_command(
             metavar="EXT", help="Tar shards: the member a sample's image is (default: jpg, jpeg, png, webp)."
         ),
     ] = None,
+    image_column: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME", help="Parquet / datasets inputs: the column of images (default: image)."
+        ),
+    ] = None,
+    label_column: Annotated[
+        str | None, typer.Option(metavar="NAME", help="Parquet / datasets inputs: the column of labels.")
+    ] = None,
     input_size: InputSizeOpt = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("hookdump-out"),
     fmt: Annotated[str, typer.Option("--format", help="npy, pt, safetensors; comma-separated.")] = "npy",
@@ -135,7 +144,9 @@ def capture_command(
         return shell.print_config(ctx)
     spec = spec_of(model, imports, model_arg, checkpoint=checkpoint, pretrained=pretrained, seed=seed)
     key = image_key.lower().lstrip(".") if image_key else None
-    source = files.InputSpec(tuple(images or ()), sample, random_input, seed, size_of(input_size), key)
+    source = files.InputSpec(
+        tuple(images or ()), sample, random_input, seed, size_of(input_size), key, image_column, label_column
+    )
     names = set(api.CaptureOptions.__dataclass_fields__) - {"formats"}
     chosen = {k: v for k, v in ctx.params.items() if k in names}
     options = api.CaptureOptions(formats=(fmt,), compile=compile_model, **chosen)

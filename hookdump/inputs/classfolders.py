@@ -43,6 +43,6 @@ def note(records: list[dict[str, object]]) -> list[str]:
         return []
     names = sorted({str(label) for label in found})
     return [
-        f"labels: {len(found)} input(s) have one ({len(names)} distinct: {first_few(names)}), from their"
-        " class folders or .cls members; the manifest's inputs say `label`"
+        f"labels: {len(found)} input(s) have one ({len(names)} distinct: {first_few(names)}), from class"
+        " folders, .cls members or --label-column; the manifest's inputs say `label`"
     ]

@@ -15,7 +15,7 @@ import torch
 from ..errors import InputError, UsageError
 from ..model.sources.timm.names import ALIASES
 from ..units import first_few
-from . import classfolders, shards
+from . import classfolders, shards, tables
 from .images import check_image, describe, digest, open_image
 from .transforms import model_mode
 
@@ -32,6 +32,15 @@ class InputSpec:
     seed: int = 0
     input_size: tuple[int, int, int] | None = None
     image_key: str | None = None  # a tar shard sample's image member (its extension); None: the first image
+    image_column: str | None = (
+        None  # a Parquet / datasets table's column of images; None: `image`, or the one
+    )
+    label_column: str | None = None  # ... its column of labels
+
+    @property
+    def image_part(self) -> str | None:
+        """Which part of an input holds its image: a tar sample's member, a table's column."""
+        return self.image_key or self.image_column
 
 
 def sample_path() -> Path:
@@ -80,6 +89,9 @@ def collect(
     found: list[Path] = []
     left_out: list[Path] = []
     for text in spec.paths:
+        if tables.is_table(text):  # Parquet, a save_to_disk folder: each row, FILE::ROW, in order
+            found.extend(tables.addresses(text, spec.image_column, spec.label_column))
+            continue
         found.extend(_expand(text, skip, left_out))
     for folder in dict.fromkeys(left_out):
         if notes is not None and (count := len(_walk(folder, frozenset(), []))):
@@ -87,7 +99,7 @@ def collect(
                 f"the folder walk left out `{folder}`, the output folder (--out), and the {count} image(s) in"
                 " it: captures are never read as inputs (pass such a file by its path to take it)"
             )
-    kept = _kept(found, lambda path: check_image(path, spec.image_key), skipped, where)
+    kept = _kept(found, lambda path: check_image(path, spec.image_part), skipped, where)
     if found and not kept:
         raise none_readable(skipped or [])
     return kept
@@ -243,7 +255,7 @@ def records(
     where given) and ``describe``, or the seeded random input."""
     if source.random:
         return [{"random": True, "seed": source.seed, "shape": [1, *config["input_size"]]}]
-    mode, key = model_mode(config), source.image_key
+    mode, key = model_mode(config), source.image_part
     sample = {"sample": True} if source.sample else {}
     known = hashes or {}
     classes = classfolders.labels(paths, source.paths, IMAGE_SUFFIXES)
@@ -251,6 +263,7 @@ def records(
         {
             "path": str(p), "sha256": known.get(str(p)) or digest(p, key), **describe(p, mode, key), **sample,
             **(shards.label(p) if shards.is_member(p) else {}),
+            **(tables.label(p, source.label_column) if tables.is_row(p) else {}),
             **({"label": classes[str(p)]} if str(p) in classes else {}),
         }
         for p in paths
@@ -267,3 +280,15 @@ def frame_notes(records: list[dict[str, Any]]) -> list[str]:
         f"{len(many)} input(s) hold several frames, an animation or pages: {shown}; frame 0 of each was"
         " used (the manifest's inputs say `frames`, `frame_used`)"
     ]
+
+
+def option_notes(paths: list[Path], spec: InputSpec) -> list[str]:
+    """What the inputs' options did: the image column chosen for a table, an option no input used."""
+    notes = tables.note_columns(paths, spec.image_column)
+    if spec.image_key and not any(shards.is_member(p) for p in paths):
+        notes.append("--image-key is ignored: no input is a sample of a tar shard")
+    columns = (("--image-column", spec.image_column), ("--label-column", spec.label_column))
+    unused = [option for option, value in columns if value]
+    if unused and not any(tables.is_row(p) for p in paths):
+        notes.append(f"{' and '.join(unused)} ignored: no input is a row of a Parquet or datasets table")
+    return notes

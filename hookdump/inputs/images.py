@@ -18,7 +18,7 @@ import numpy as np
 
 from ..digest import sha256
 from ..errors import InputError
-from . import shards
+from . import shards, tables
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
@@ -35,14 +35,29 @@ def check_image(path: Path, image_key: str | None = None) -> None:
 
 
 def digest(path: Path, image_key: str | None = None) -> str:
-    """The sha256 of an input: of its file, or of a shard sample's image member (``SHARD::KEY``)."""
+    """The sha256 of an input: of its file, or of the image bytes of a shard's sample or a table's row."""
+    encoded = _encoded(path, image_key)
+    return sha256(path) if encoded is None else hashlib.sha256(encoded).hexdigest()
+
+
+def _encoded(path: Path, image_key: str | None) -> bytes | None:
+    """The image bytes of an input that is no file of its own (``SHARD::KEY``, ``FILE::ROW``), else None;
+    ``image_key``: its image member or column."""
+    if tables.is_row(path):
+        return tables.image_bytes(path, image_key)
     if shards.is_member(path):
-        return hashlib.sha256(shards.image_bytes(path, image_key)).hexdigest()
-    return sha256(path)
+        return shards.image_bytes(path, image_key)
+    return None
 
 
 def exists(path: Path) -> bool:
-    """Whether an input is there to be read: a file, or a sample of a shard that is there."""
+    """Whether an input is there to be read: a file, or a sample of a shard, a row of a table, there."""
+    if tables.is_row(path):
+        file, row = tables.split(path)
+        try:
+            return file.is_file() and row < tables.layout(file).rows
+        except InputError:
+            return False
     if not shards.is_member(path):
         return path.is_file()
     shard, key = shards.split(path)
@@ -55,7 +70,13 @@ def exists(path: Path) -> bool:
 def stamp(path: Path) -> tuple[int, int]:
     """(size, mtime_ns) of an input's file (a sample's shard): what a cache of it is keyed by; (-1, -1)
     when it is not there."""
-    file = shards.split(path)[0] if shards.is_member(path) else path
+    file = (
+        tables.split(path)[0]
+        if tables.is_row(path)
+        else shards.split(path)[0]
+        if shards.is_member(path)
+        else path
+    )
     try:
         stat = file.stat()
     except OSError:
@@ -70,17 +91,18 @@ def _opened(path: Path, name: str, missing: str, image_key: str | None = None) -
     An image over Pillow's pixel limit is refused, never decoded with a warning."""
     from PIL import Image
 
-    if shards.is_member(path):
+    encoded = _encoded(path, image_key)
+    if encoded is not None:
         from PIL import UnidentifiedImageError
 
-        data = io.BytesIO(shards.image_bytes(path, image_key))
+        data = io.BytesIO(encoded)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 image = Image.open(data)
         except UnidentifiedImageError as exc:  # (its message names the in-memory file)
             raise InputError(
-                f"{name} is not an image: its image member is no format Pillow reads.", _SKIP
+                f"{name} is not an image: its image bytes are no format Pillow reads.", _SKIP
             ) from exc
         except (OSError, SyntaxError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
             raise _unreadable(name, exc) from exc

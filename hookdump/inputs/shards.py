@@ -32,7 +32,8 @@ def is_shards(text: str) -> bool:
 
 def is_member(path: Path | str) -> bool:
     """Whether an input address is a sample of a shard (``SHARD::KEY``)."""
-    return SEPARATOR in str(path)
+    shard, sep, _ = str(path).partition(SEPARATOR)
+    return bool(sep) and shard.lower().endswith(".tar")
 
 
 def braces(text: str) -> list[str]:

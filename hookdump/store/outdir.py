@@ -190,7 +190,8 @@ def read_hashes(out: Path, batches: int) -> list[list[Any]]:
 def check_inputs_unchanged(out: Path, progress: dict[str, Any]) -> None:
     """``--resume``: each input whose rows are already on disk still holds what was read then (its sha256),
     so the finished files are all of today's inputs. Only those inputs are hashed again."""
-    image_key = (progress.get("options") or {}).get("image_key")
+    options = progress.get("options") or {}
+    image_key = options.get("image_key") or options.get("image_column")  # the inputs' image member or column
     for path, digest in read_hashes(out, int(progress.get("batches", 0))):
         try:
             now = input_digest(Path(path), image_key)

@@ -34,7 +34,7 @@ MODEL_KEYS = ("embed_dim", "quick_gelu")
 
 def open_clip_module() -> Any:
     """``open_clip``, or the error naming the extra that installs it."""
-    return extras.need("open_clip", "open_clip:", "open_clip", "open_clip_torch")
+    return extras.need("open_clip", "open_clip: models", "open_clip", "open_clip_torch")
 
 
 @dataclass

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def transformers_module() -> Any:
     """``transformers``, quiet (no progress bars, warnings only as errors), or the error naming the extra."""
-    transformers = extras.need("transformers", "hf:", "hf", "transformers", "'transformers>=4.40'")
+    transformers = extras.need("transformers", "hf: models", "hf", "transformers", "'transformers>=4.40'")
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     return transformers

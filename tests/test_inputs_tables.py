@@ -1,0 +1,155 @@
+"""Issue 38, its second part: Parquet files and Hugging Face ``datasets`` folders (``save_to_disk``) as
+inputs, built here from scikit-image's photos with pyarrow and datasets: the capture equals the capture of
+the same photos as files, bitwise; labels come from --label-column; bad tables get one paragraph each."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import forkrun
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import SKIMAGE_DATA
+from test_cli_messages import paragraph
+
+PHOTOS = ["chelsea.png", "astronaut.png", "coffee.png", "rocket.jpg", "coins.png", "camera.png"]
+MODEL = ("-m", "test_resnet", "-l", "layer1", "--seed", "2")
+
+
+def hd(
+    cwd: Path, *args: object, env: dict[str, str] | None = None
+) -> forkrun.subprocess.CompletedProcess[str]:
+    return forkrun.run(args, cwd=cwd, env=env)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The photos as files (and their capture), as a Parquet file of two row groups with a label column, and
+    as a save_to_disk folder of datasets.Image structs."""
+    import datasets
+
+    root = tmp_path_factory.mktemp("tables")
+    (root / "loose").mkdir()
+    for i, name in enumerate(PHOTOS):
+        shutil.copy(SKIMAGE_DATA / name, root / "loose" / f"{i}-{name}")
+    table = pa.table(
+        {"img": [(SKIMAGE_DATA / n).read_bytes() for n in PHOTOS], "cls": list(range(6)), "name": PHOTOS}
+    )
+    pq.write_table(table, root / "photos.parquet", row_group_size=4)
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")})
+    dataset = datasets.Dataset.from_dict(
+        {"image": [str(SKIMAGE_DATA / n) for n in PHOTOS], "label": [10 + i for i in range(6)]},
+        features=features,
+    )
+    dataset.save_to_disk(str(root / "hf"))
+    done = hd(root, "capture", *MODEL, "loose", "--batch-size", "4", "-o", "files")
+    assert done.returncode == 0, done.stderr
+    return root
+
+
+def test_parquet_rows_are_the_capture_of_the_same_photos(data: Path, tmp_path: Path) -> None:
+    args = ("capture", *MODEL, data / "photos.parquet", "--image-column", "img", "--label-column", "cls")
+    done = hd(tmp_path, *args, "--batch-size", "4", "--workers", "2", "-o", "pq")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "pq" / "layer1.npy").read_bytes() == (data / "files" / "layer1.npy").read_bytes()
+    inputs = json.loads((tmp_path / "pq" / "manifest.json").read_text())["inputs"]
+    assert [r["path"] for r in inputs] == [f"{data}/photos.parquet::{i}" for i in range(6)]
+    assert [r["label"] for r in inputs] == list(range(6))
+    files = json.loads((data / "files" / "manifest.json").read_text())["inputs"]
+    assert [r["sha256"] for r in inputs] == [r["sha256"] for r in files]
+
+
+def test_a_save_to_disk_folder_is_read_by_its_image_struct(data: Path, tmp_path: Path) -> None:
+    done = hd(
+        tmp_path, "capture", *MODEL, data / "hf", "--label-column", "label", "--batch-size", "4", "-o", "hf"
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "hf" / "layer1.npy").read_bytes() == (data / "files" / "layer1.npy").read_bytes()
+    inputs = json.loads((tmp_path / "hf" / "manifest.json").read_text())["inputs"]
+    assert [r["label"] for r in inputs] == [10 + i for i in range(6)]
+    assert inputs[0]["path"].endswith(".arrow::0")
+
+
+def test_killed_mid_table_resume_gives_the_same_bytes(data: Path, tmp_path: Path) -> None:
+    args = (
+        "capture",
+        *MODEL,
+        data / "photos.parquet",
+        "--image-column",
+        "img",
+        "--batch-size",
+        "2",
+        "--workers",
+        "0",
+    )
+    killed = hd(tmp_path, *args, "-o", "out", env={**os.environ, "HOOKDUMP_TEST_KILL_AT": "checkpoint-1"})
+    assert killed.returncode == -9, killed.stderr
+    done = hd(tmp_path, *args, "-o", "out", "--resume")
+    assert done.returncode == 0 and "resumed after 2 of 6" in done.stderr, done.stderr
+    assert (tmp_path / "out" / "layer1.npy").read_bytes() == (data / "files" / "layer1.npy").read_bytes()
+
+
+def test_bad_tables_are_one_paragraph_each(data: Path, tmp_path: Path) -> None:
+    pq.write_table(pa.table({"caption": ["a cat", "a cup"], "n": [1, 2]}), tmp_path / "text.parquet")
+    pq.write_table(
+        pa.table({"image": [b"not an image", (SKIMAGE_DATA / "coffee.png").read_bytes()]}),
+        tmp_path / "bad.parquet",
+    )
+    (tmp_path / "cut.parquet").write_bytes((data / "photos.parquet").read_bytes()[:5000])
+    cases = [
+        (
+            ("text.parquet",),
+            ["has no column named `image` and 0 binary columns", "caption (string), n (int64)"],
+        ),
+        (("text.parquet", "--image-column", "caption"), ["Column `caption` of `text.parquet` holds string"]),
+        (
+            ("text.parquet", "--image-column", "photo"),
+            ["has no column `photo`; its columns: caption (string)"],
+        ),
+        (
+            (data / "photos.parquet", "--label-column", "y"),
+            ["has no column `y` (--label-column)", "img, cls, name"],
+        ),
+        (("cut.parquet",), ["`cut.parquet` is not a Parquet file hookdump can read"]),
+        (("bad.parquet",), ["`bad.parquet::0` is not an image"]),
+    ]
+    for given, words in cases:
+        done = hd(tmp_path, "capture", *MODEL, *given, "-o", "x")
+        assert done.returncode == 4, (given, done.stderr)
+        paragraph(done.stderr, *words)
+        assert not (tmp_path / "x").exists()
+    done = hd(tmp_path, "capture", *MODEL, "bad.parquet", "--skip-bad", "-o", "skipped")
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "skipped" / "manifest.json").read_text())
+    assert [r["path"] for r in manifest["inputs"]] == ["bad.parquet::1"]
+    assert [s["path"] for s in manifest["skipped"]] == ["bad.parquet::0"]
+
+
+def test_without_pyarrow_a_table_is_one_paragraph_naming_the_extra(data: Path, tmp_path: Path) -> None:
+    """The console script where pyarrow cannot be imported (a package of that name that refuses to load,
+    first on PYTHONPATH): exit 4, the data extra named, nothing written; image files still work."""
+    blocked = tmp_path / "blocked" / "pyarrow"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('pyarrow is blocked for this test')\n")
+    exe = shutil.which("hookdump", path=str(Path(sys.executable).parent))
+    env = {**os.environ, "PYTHONPATH": str(blocked.parent)}
+    done = subprocess.run(
+        [exe, "capture", *MODEL, str(data / "photos.parquet"), "-o", "x"], capture_output=True, text=True,
+        cwd=tmp_path, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 4, done.stderr
+    paragraph(
+        done.stderr, "Parquet and datasets inputs need the `pyarrow` package", "pip install -e '.[data]'"
+    )
+    assert not (tmp_path / "x").exists()
+    done = subprocess.run(
+        [exe, "capture", *MODEL, str(SKIMAGE_DATA / "coffee.png"), "-o", "y"], capture_output=True, text=True,
+        cwd=tmp_path, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
