@@ -1,0 +1,159 @@
+"""Inputs where they live (issue 38): a capture from webdataset tar shards against the same photos as files,
+and against the floor, a plain PIL + ``torch.utils.data`` loop over the same shards; whole command against
+whole command, side by side in one run.
+
+The photos are scikit-image's RGB and grayscale photos cycled to ``--images`` (as ``bench_dataset.py`` makes
+them), written once as files and once as ``--shards`` tar shards in webdataset's layout (``KEY.png`` and
+``KEY.cls``). Each case is a fresh process under ``/usr/bin/time -v``, the cases take turns round by round
+(this machine is shared and noisy: read the ratios), and the script prints medians:
+
+* ``files``: ``hookdump capture -m resnet18 -l layer4 --reduce mean FOLDER --batch-size 64`` (default
+  workers);
+* ``tar``: the same command on ``'shards/train-{000..N}.tar'``;
+* ``floor``: the plain loop: an ``IterableDataset`` that walks the shards' members with ``tarfile`` (each
+  worker its own shards), PIL decodes, timm's eval transform, the model under ``inference_mode`` with one
+  forward hook that keeps ``layer4``'s mean, ``np.save`` at the end.
+
+Goal: ``tar / files`` <= 1.05 in wall time. ``--records N`` also times a capture of N tiny photos (16x16,
+a 3x16x16 input to ``test_resnet``) and prints the manifest's size: what the inputs' records cost while
+they are in the manifest (``inputs.parquet`` is the part of issue 38 still to come).
+
+    .venv/bin/python scripts/bench_inputs.py [--images 512] [--shards 8] [--rounds 3] [--records 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import shutil
+import statistics
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from bench_dataset import HOOKDUMP, photos, run  # scripts/ is on sys.path
+
+
+def worker(kind: str, args: list[str]) -> None:
+    """The floor: a plain loop over the shards, in this process and its DataLoader workers."""
+    import numpy as np
+    import timm
+    import torch
+    from PIL import Image
+    from timm.data import create_transform, resolve_data_config
+    from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+    shards, out, batch = [Path(a) for a in args[0].split(",")], Path(args[1]), int(args[2])
+    torch.manual_seed(0)
+    model = timm.create_model("resnet18").eval()
+    transform = create_transform(**resolve_data_config({}, model=model), is_training=False)
+
+    class Samples(IterableDataset):  # type: ignore[type-arg]
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            info = get_worker_info()
+            mine = shards if info is None else shards[info.id :: info.num_workers]
+            for shard in mine:
+                with tarfile.open(shard) as tar:
+                    for member in tar:
+                        if member.name.endswith(".png"):
+                            data = tar.extractfile(member).read()  # type: ignore[union-attr]
+                            yield transform(Image.open(io.BytesIO(data)).convert("RGB"))
+
+    kept: list[torch.Tensor] = []
+    model.layer4.register_forward_hook(lambda m, i, o: kept.append(o.mean((2, 3)).clone()))
+    loader = DataLoader(Samples(), batch_size=batch, num_workers=1)
+    with torch.inference_mode():
+        for x in loader:
+            model(x)
+    np.save(out, torch.cat(kept).numpy())
+
+
+def me(kind: str, *args: object) -> list[str]:
+    """This script as the floor's process."""
+    return [sys.executable, str(Path(__file__).resolve()), "--worker", kind, *map(str, args)]
+
+
+def make_shards(folder: Path, images: Path, count: int) -> list[Path]:
+    """The photos of ``images`` in ``count`` tar shards, in order, each sample ``KEY.png`` + ``KEY.cls``."""
+    files = sorted(images.iterdir())
+    folder.mkdir()
+    shards = []
+    for s in range(count):
+        shard = folder / f"train-{s:03d}.tar"
+        with tarfile.open(shard, "w") as tar:
+            for i, photo in list(enumerate(files))[s * len(files) // count : (s + 1) * len(files) // count]:
+                for name, data in ((f"{i:06d}.png", photo.read_bytes()), (f"{i:06d}.cls", b"0")):
+                    member = tarfile.TarInfo(name)
+                    member.size = len(data)
+                    tar.addfile(member, io.BytesIO(data))
+        shards.append(shard)
+    return shards
+
+
+def tiny(folder: Path, count: int) -> Path:
+    """``count`` 16x16 PNG photos, each its own (seeded noise)."""
+    import numpy as np
+    from PIL import Image
+
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(count):
+        Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(folder / f"{i:06d}.png")
+    return folder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=512)
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--records", type=int, default=0)
+    parser.add_argument("--worker", nargs="+")
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker[0], args.worker[1:])
+        return
+    with tempfile.TemporaryDirectory(prefix="hookdump-bench-inputs-") as tmp:
+        work = Path(tmp)
+        images = photos(work / "photos", args.images)
+        shards = make_shards(work / "shards", images, args.shards)
+        brace = str(work / "shards" / f"train-{{000..{args.shards - 1:03d}}}.tar")
+        common = ["-m", "resnet18", "-l", "layer4", "--reduce", "mean", "--batch-size", str(args.batch), "-q"]
+        cases = {
+            "files": [HOOKDUMP, "capture", *common, str(images), "-o", str(work / "out-files")],
+            "tar": [HOOKDUMP, "capture", *common, brace, "-o", str(work / "out-tar")],
+            "floor": me("floor", ",".join(map(str, shards)), work / "floor.npy", args.batch),
+        }
+        walls: dict[str, list[float]] = {name: [] for name in cases}
+        for r in range(args.rounds):
+            for name, cmd in cases.items():
+                for old in work.glob("out-*"):
+                    shutil.rmtree(old)
+                walls[name].append(run(cmd)[0])
+                print(f"  round {r + 1}/{args.rounds} {name}: {walls[name][-1]:.1f}s", file=sys.stderr)
+        median = {name: statistics.median(w for w in v if not math.isnan(w)) for name, v in walls.items()}
+        print(f"{args.images} photos in {args.shards} shards, batch {args.batch}, {args.rounds} rounds:")
+        for name, seconds in median.items():
+            rate, ratio = args.images / seconds, seconds / median["files"]
+            print(f"  {name:6s} {seconds:7.2f} s  {rate:7.1f} images/s  {ratio:.2f}x files")
+        tar, files, floor = median["tar"], median["files"], median["floor"]
+        print(f"  tar / files = {tar / files:.3f} (goal <= 1.05); tar / floor = {tar / floor:.2f}")
+        if args.records:
+            folder = tiny(work / "tiny", args.records)
+            out = work / "out-tiny"
+            tiny_case = [HOOKDUMP, "capture", "-m", "test_resnet", "--input-size", "3,16,16", "-l", "layer1",
+                         "--reduce", "mean", "--batch-size", "256", str(folder), "-o", str(out), "-q"]  # fmt: skip
+            wall = run(tiny_case)[0]
+            size = (out / "manifest.json").stat().st_size
+            each = size / args.records
+            print(
+                f"  {args.records} tiny photos: {wall:.1f} s, manifest.json {size / 1e6:.2f} MB"
+                f" ({each:.0f} B an input)"
+            )
+
+
+if __name__ == "__main__":
+    main()
