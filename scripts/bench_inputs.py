@@ -145,7 +145,8 @@ def main() -> None:
             folder = tiny(work / "tiny", args.records)
             out = work / "out-tiny"
             tiny_case = [HOOKDUMP, "capture", "-m", "test_resnet", "--input-size", "3,16,16", "-l", "layer1",
-                         "--reduce", "mean", "--batch-size", "256", str(folder), "-o", str(out), "-q"]  # fmt: skip
+                         "--reduce", "mean", "--batch-size", "256", str(folder), "-o", str(out),
+                         "-q"]  # fmt: skip
             wall = run(tiny_case)[0]
             size = (out / "manifest.json").stat().st_size
             each = size / args.records
