@@ -65,3 +65,26 @@ def hand_hooks(
         for handle in handles:
             handle.remove()
     return copies, references
+
+
+def hub_unreachable(tmp: Path) -> dict[str, str]:
+    """An environment whose Hugging Face hub is a closed port on loopback (the connection is refused at once),
+    not offline by HF_HUB_OFFLINE, no proxy; and a hub cache of its own in ``tmp/hub`` (empty until
+    ``fill_hub_cache``)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE" and "proxy" not in k.lower()}
+    return {**env, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(tmp / "hub")}
+
+
+def fill_hub_cache(tmp: Path, seed: int) -> torch.nn.Module:
+    """``test_resnet``'s pretrained weights in ``tmp/hub``, the hub cache's own layout filled by hand
+    (nothing downloaded): a seeded model, returned in eval mode."""
+    torch.manual_seed(seed)
+    model = timm.create_model("test_resnet").eval()
+    repo, commit = tmp / "hub" / "models--timm--test_resnet.r160_in1k", "0" * 40
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    save_file(model.state_dict(), str(repo / "snapshots" / commit / "model.safetensors"))
+    return model

@@ -20,6 +20,7 @@ import timm
 import torch
 import transformers
 from conftest import SKIMAGE_DATA
+from helpers import fill_hub_cache, hub_unreachable
 from PIL import Image
 from safetensors.torch import save_file
 from test_model_sources import _net
@@ -65,12 +66,6 @@ def _out_is_a_file(tmp: Path) -> None:
     (tmp / "out").write_bytes(b"mine")
 
 
-def _hub_unreachable(tmp: Path) -> dict[str, str]:
-    """timm's hub a closed port on loopback (refused at once), its cache empty: --pretrained cannot be had."""
-    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE" and "proxy" not in k.lower()}
-    return {**env, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(tmp / "hub")}
-
-
 def _download_refused(tmp: Path) -> dict[str, str]:
     """torch.hub's cache empty (made here: torch.hub makes it on a download) and every download refused (a
     proxy on a closed port)."""
@@ -104,7 +99,7 @@ CASES: list[tuple[str, int, tuple[str, ...], Setup]] = [
     ("out-in-the-way", 2, (*TINY, "-l", "layer1", "--random-input"), _in_the_way),
     ("out-is-a-file", 2, (*TINY, "-l", "layer1", "--random-input"), _out_is_a_file),
     ("pretrained-not-to-be-had", 4, (*TINY, "-l", "layer1", "--pretrained", "--random-input"),
-     _hub_unreachable),
+     hub_unreachable),
     ("tv-pretrained-not-to-be-had", 4, ("-m", "tv:resnet18", "-l", "fc", "--pretrained", "--random-input"),
      _download_refused),
 ]  # fmt: skip
@@ -146,15 +141,9 @@ def test_a_dry_run_that_passes_is_a_run_that_runs(tmp_path: Path) -> None:
 def test_pretrained_weights_in_the_cache_pass_the_dry_run_and_the_run(tmp_path: Path) -> None:
     """The other side of the two cases above: the hub still unreachable, the weights in its cache (filled
     by hand, nothing downloaded): both go through."""
-    torch.manual_seed(5)
-    model = timm.create_model("test_resnet").eval()
-    repo, commit = tmp_path / "hub" / "models--timm--test_resnet.r160_in1k", "0" * 40
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(commit)
-    (repo / "snapshots" / commit).mkdir(parents=True)
-    save_file(model.state_dict(), str(repo / "snapshots" / commit / "model.safetensors"))
+    fill_hub_cache(tmp_path, seed=5)
     args = ["capture", *TINY, "-l", "fc", "--pretrained", "--random-input", "-o", "out"]
-    env = _hub_unreachable(tmp_path)
+    env = hub_unreachable(tmp_path)
     dry = forkrun.run([*args, "--dry-run"], cwd=tmp_path, env=env)
     assert dry.returncode == 0 and "would hook 1 module(s)" in dry.stdout, dry.stderr
     assert not (tmp_path / "out").exists()

@@ -14,6 +14,7 @@ from pathlib import Path
 import forkrun
 import numpy as np
 import pytest
+from helpers import hub_unreachable
 from test_cli_messages import EXE, TINY, paragraph
 
 
@@ -279,18 +280,11 @@ def test_checkpoint_that_torch_wrote_still_loads(tmp_path: Path, chelsea: Path, 
 # --- 16: --pretrained without a network fails (or uses the cache) at once ---------------------------------
 
 
-def _unreachable_hub(tmp_path: Path) -> dict[str, str]:
-    """An environment whose hub is a closed port on loopback (the connection is refused at once), not
-    offline by HF_HUB_OFFLINE, no proxy; and a cache of its own."""
-    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE" and "proxy" not in k.lower()}
-    return {**env, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(tmp_path / "hub")}
-
-
 def test_pretrained_with_the_hub_unreachable_fails_at_once(tmp_path: Path) -> None:
     started = time.monotonic()
     proc = subprocess.run(
         [EXE, "capture", *TINY, "--random-input", "--pretrained", "-o", "o"],
-        capture_output=True, text=True, cwd=tmp_path, env=_unreachable_hub(tmp_path), timeout=300,
+        capture_output=True, text=True, cwd=tmp_path, env=hub_unreachable(tmp_path), timeout=300,
     )  # fmt: skip
     took = time.monotonic() - started
     assert proc.returncode == 4, proc.stderr
@@ -304,21 +298,12 @@ def test_pretrained_with_the_hub_unreachable_fails_at_once(tmp_path: Path) -> No
 
 def test_pretrained_with_the_hub_unreachable_uses_the_cache(tmp_path: Path, chelsea: Path) -> None:
     """The hub's cache layout, filled by hand (nothing is downloaded): the weights come from it."""
-    import timm
-    import torch
-    from helpers import hand_hooks, photo_batch
-    from safetensors.torch import save_file
+    from helpers import fill_hub_cache, hand_hooks, photo_batch
 
-    torch.manual_seed(5)
-    model = timm.create_model("test_resnet").eval()
-    repo, commit = tmp_path / "hub" / "models--timm--test_resnet.r160_in1k", "0" * 40
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(commit)
-    (repo / "snapshots" / commit).mkdir(parents=True)
-    save_file(model.state_dict(), str(repo / "snapshots" / commit / "model.safetensors"))
+    model = fill_hub_cache(tmp_path, seed=5)
     proc = subprocess.run(
         [EXE, "capture", chelsea, "-m", "test_resnet", "-l", "layer1", "--pretrained", "-o", "o"],
-        capture_output=True, text=True, cwd=tmp_path, env=_unreachable_hub(tmp_path), timeout=300,
+        capture_output=True, text=True, cwd=tmp_path, env=hub_unreachable(tmp_path), timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "note: weights: timm pretrained (from the local cache: the hub http://127.0.0.1:9 cannot be" in (

@@ -11,21 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import forkrun
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import SKIMAGE_DATA
 from test_cli_messages import paragraph
-
-PHOTOS = ["chelsea.png", "astronaut.png", "coffee.png", "rocket.jpg", "coins.png", "camera.png"]
-MODEL = ("-m", "test_resnet", "-l", "layer1", "--seed", "2")
-
-
-def hd(
-    cwd: Path, *args: object, env: dict[str, str] | None = None
-) -> forkrun.subprocess.CompletedProcess[str]:
-    return forkrun.run(args, cwd=cwd, env=env)
+from test_inputs_shards import MODEL, PHOTOS, hd
 
 
 @pytest.fixture(scope="module")
