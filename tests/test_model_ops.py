@@ -207,3 +207,18 @@ def test_list_modules_ops_shows_a_vit_blocks_residual_adds(tmp_path: Path) -> No
     assert "ops" not in json.loads(plain.stdout)[0]  # only when asked: the trace is the same
     ignored = forkrun.run(["list-modules", "test_resnet", "--ops", "--no-shapes"], cwd=tmp_path)
     assert ignored.returncode == 0 and "note: --ops is ignored with --no-shapes" in ignored.stderr
+
+
+@pytest.mark.parametrize(
+    ("spec", "is_op"),
+    [
+        ("blocks.3:add_1", True), (":flatten", True), ("blocks.*:add", True),
+        (r"re:blocks\.1[01]:add", True), (r"re:blocks\.(?:1|2)\.attn", False), ("re:(?P<b>blocks)", False),
+        ("feat:2", False), ("blocks.3", False), (r"re:(?:blocks)\.3:add", True),
+    ],
+)  # fmt: skip
+def test_which_layer_specs_name_op_values(spec: str, is_op: bool) -> None:
+    """A ``:`` makes a spec an op spec, but not ``feat:``'s, nor a regex's ``(?:...)`` / ``(?P<...>)``."""
+    from hookdump.model.opspecs import is_op_spec
+
+    assert is_op_spec(spec) is is_op
