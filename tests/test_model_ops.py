@@ -222,3 +222,16 @@ def test_which_layer_specs_name_op_values(spec: str, is_op: bool) -> None:
     from hookdump.model.opspecs import is_op_spec
 
     assert is_op_spec(spec) is is_op
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_names_on_cuda_are_the_names_on_meta() -> None:
+    """The same names on a CUDA run (batch 1 and 7) as on meta: kernels differ, the forward code does not."""
+    with torch.device("meta"):
+        meta = timm.create_model("test_vit").eval()
+    on_meta = discover(meta, lambda: meta(torch.zeros(1, 3, 64, 64, device="meta")))
+    real = timm.create_model("test_vit").eval().cuda()
+    for batch in (1, 7):
+        with torch.no_grad():
+            run = lambda batch=batch: real(torch.randn(batch, 3, 64, 64, device="cuda"))  # noqa: E731
+            _same_names(on_meta, discover(real, run), batch)
