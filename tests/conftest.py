@@ -166,3 +166,11 @@ def resumed_and_sharded(model: Any, photos: Any, layer: str, folder: Path) -> di
         api.capture(photos, [layer], out=shard, shard=f"{i}/2", **options)
     merge(shards, folder / "merged")
     return {how: np.load(folder / how / f"{layer}.npy") for how in ("resumed", "merged")}
+
+
+def inputs_of(out: Path) -> list[dict[str, Any]]:
+    """A capture's input records, wherever they are (its ``inputs.parquet``, or an older manifest's list),
+    through ``hookdump.open``."""
+    import hookdump
+
+    return hookdump.open(out).inputs

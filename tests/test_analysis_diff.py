@@ -15,7 +15,7 @@ import forkrun
 import numpy as np
 import pytest
 import torch
-from conftest import SKIMAGE_DATA
+from conftest import SKIMAGE_DATA, inputs_of
 from helpers import seeded
 from PIL import Image
 from safetensors.torch import save_file
@@ -141,8 +141,10 @@ def test_different_inputs_are_refused_with_why(runs: dict[str, Path], tmp_path: 
     other = tmp_path / "other"  # as if its second photo had been another file: the manifest's sha256 says so
     shutil.copytree(runs["golden"], other)
     manifest = json.loads((other / "manifest.json").read_text())
+    manifest["inputs"] = inputs_of(other)  # as a capture from before inputs.parquet kept them
     manifest["inputs"][1]["sha256"] = "0" * 64
     (other / "manifest.json").write_text(json.dumps(manifest))
+    (other / "inputs.parquet").unlink()
     done = hd("diff", runs["golden"], other)
     assert done.returncode == 4 and done.stderr.startswith(
         "error: The two captures were not made from the same"

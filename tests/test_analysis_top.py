@@ -94,6 +94,8 @@ def test_contact_sheets_one_per_channel(dataset: Path, tmp_path: Path) -> None:
 
 def test_one_streamed_pass_in_bounded_memory(dataset: Path) -> None:
     whole = _whole(dataset, "layer1")  # (10, 64, 16, 16)
+    import pyarrow.parquet  # noqa: F401  (the inputs' table's reader, imported first: the bound is the stream's)
+
     tracemalloc.start()
     found = top(dataset, "layer1", channels="0:64", k=3, png=False)
     peak = tracemalloc.get_traced_memory()[1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import inputs_of
 from safetensors.numpy import load_file
 
 from hookdump.inputs.files import sample_path
@@ -24,8 +26,7 @@ def test_folder_gives_batch_first_arrays_in_any_batch_size(cli, photos: Path, tm
     assert cli("capture", *MODEL, "-l", "layer1", photos, "-o", one, "--seed", "0").exit_code == 0
     assert cli("capture", *MODEL, "-l", "layer1", photos, "-o", two, "--batch-size", "2").exit_code == 0
     # random init differs between runs, so compare each run's own images, not values across runs
-    manifest = json.loads((one / "manifest.json").read_text())
-    assert [Path(i["path"]).name for i in manifest["inputs"]] == [
+    assert [Path(i["path"]).name for i in inputs_of(one)] == [
         "chelsea.png",
         "coffee.png",
         "astronaut.png",
@@ -58,7 +59,7 @@ def test_list_file_and_glob(cli, photos: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = cli("capture", *MODEL, "-l", "conv1", f"@{listing}", str(photos / "c*.png"), "-o", out)
     assert result.exit_code == 0, result.stderr
-    names = [Path(i["path"]).name for i in json.loads((out / "manifest.json").read_text())["inputs"]]
+    names = [Path(i["path"]).name for i in inputs_of(out)]
     assert names == ["coffee.png", "astronaut.png", "chelsea.png", "coffee.png"]
     assert np.load(out / "conv1.npy").shape[0] == 4
 
@@ -146,9 +147,9 @@ def test_all_three_formats_hold_the_same_numbers(cli, tmp_path: Path) -> None:
         ("layer1.npy", "npy"), ("layer1.pt", "pt"), ("tensors.safetensors", "safetensors"),
         ("conv1.npy", "npy"), ("conv1.pt", "pt"),
     }  # fmt: skip
-    assert manifest["inputs"][0] == {
+    assert inputs_of(out)[0] == {
         "path": str(sample_path()),
-        "sha256": manifest["inputs"][0]["sha256"],
+        "sha256": hashlib.sha256(sample_path().read_bytes()).hexdigest(),
         "mode": "RGB",
         "size": [320, 213],
         "sample": True,

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import PLUGINS, SKIMAGE_DATA
+from conftest import PLUGINS, SKIMAGE_DATA, inputs_of
 from helpers import hand_hooks, odd_model, photo_batch, seeded
 
 from hookdump import api
@@ -67,7 +67,7 @@ def test_compiled_capture_equals_hand_written_eager_hooks(cli, tmp_path: Path) -
     assert (made["graphs"], made["graph_breaks"], made["batch_size"], made["eager_batches"]) == (1, 0, 2, 1)
     assert 0 <= made["first_batch_difference"] <= 1e-5 and made["first_batch_seconds"] > 0
     assert manifest["options"]["compile"] is True
-    paths = [Path(record["path"]) for record in manifest["inputs"]]
+    paths = [Path(record["path"]) for record in inputs_of(out)]
     assert sorted(p.name for p in paths) == sorted(PHOTOS)
     for row, path in enumerate(paths):
         copies, _ = hand_hooks(model, LAYERS, photo_batch(model, path))

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import SKIMAGE_DATA
+from conftest import SKIMAGE_DATA, inputs_of
 from safetensors.numpy import load_file
 from test_capture_runs import PLUGIN, _start, _wait_for
 
@@ -75,7 +75,7 @@ def test_resume_after_kill_9_at_several_points_gives_the_same_bytes(
     assert names == sorted(p.name for p in out.iterdir() if p.name != "manifest.json")
     for name in names:
         assert (whole / name).read_bytes() == (out / name).read_bytes(), name
-    assert _manifest(out)["inputs"] == _manifest(whole)["inputs"]
+    assert inputs_of(out) == inputs_of(whole)
 
 
 def test_sigterm_leaves_a_folder_that_says_how_far_it_got(cli, tmp_path: Path) -> None:
@@ -231,7 +231,11 @@ def test_safetensors_shards_in_hugging_faces_layout(cli, tmp_path: Path, photos:
         np.testing.assert_array_equal(load_file(out / shard)[key], np.load(out / f"{key}.npy"))
     again = cli("capture", *MODEL, "-l", "conv1", photos, "-o", out, "--overwrite")
     assert again.exit_code == 0
-    assert sorted(p.name for p in out.iterdir()) == ["conv1.npy", "manifest.json"]  # shards and index gone
+    assert sorted(p.name for p in out.iterdir()) == [
+        "conv1.npy",
+        "inputs.parquet",
+        "manifest.json",
+    ]  # shards gone
 
 
 def test_skip_bad_records_unreadable_images_and_goes_on(cli, tmp_path: Path, photos: Path) -> None:
@@ -248,7 +252,7 @@ def test_skip_bad_records_unreadable_images_and_goes_on(cli, tmp_path: Path, pho
     manifest = _manifest(tmp_path / "b")
     assert sorted(Path(s["path"]).name for s in manifest["skipped"]) == ["cut.jpg", "notes.png"]
     assert all(s["reason"] for s in manifest["skipped"])
-    assert [Path(i["path"]).name for i in manifest["inputs"]] == [
+    assert [Path(i["path"]).name for i in inputs_of(tmp_path / "b")] == [
         "chelsea.png",
         "coffee.png",
         "astronaut.png",
@@ -266,7 +270,7 @@ def test_decoding_workers_keep_the_input_order_and_the_bytes(cli, tmp_path: Path
         )
         assert result.exit_code == 0, result.stderr
     assert (tmp_path / "0" / "layer1.npy").read_bytes() == (tmp_path / "2" / "layer1.npy").read_bytes()
-    assert _manifest(tmp_path / "0")["inputs"] == _manifest(tmp_path / "2")["inputs"]
+    assert inputs_of(tmp_path / "0") == inputs_of(tmp_path / "2")
 
 
 def test_progress_is_a_plain_line_off_a_terminal_and_nothing_when_quiet(

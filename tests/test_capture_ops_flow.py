@@ -61,7 +61,8 @@ def test_files_names_and_manifest(whole: tuple[Path, Path]) -> None:
     """``:`` becomes ``+`` in file names only: the manifest's layer, ``hookdump.open``'s keys and the
     printed table keep the op's name."""
     _, out = whole
-    assert sorted(p.name for p in out.iterdir()) == sorted([f"{f}.npy" for f in FILES] + ["manifest.json"])
+    names = [f"{f}.npy" for f in FILES] + ["inputs.parquet", "manifest.json"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(names)
     manifest = json.loads((out / "manifest.json").read_text())
     assert [e["layer"] for e in manifest["tensors"]] == NAMES
     assert list(hookdump.open(out)) == NAMES

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SKIMAGE_DATA, free_port
+from conftest import SKIMAGE_DATA, free_port, inputs_of
 from test_capture_dataset import _photos
 
 ARGS = (
@@ -31,7 +31,7 @@ FILES = ("conv1.npy", "layer1.npy", "conv1.pt", "layer1.pt", "tensors.safetensor
 def _same_files(a: Path, b: Path) -> None:
     for name in FILES:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
-    inputs = [json.loads((d / "manifest.json").read_text())["inputs"] for d in (a, b)]
+    inputs = [inputs_of(d) for d in (a, b)]
     assert inputs[0] == inputs[1]
 
 
@@ -92,7 +92,7 @@ def test_two_cpu_ranks_under_torchrun_equal_one_process(
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("wrote ") == 1  # rank 0 alone reports
     _same_files(whole, out)
-    assert sorted(p.name for p in out.iterdir()) == sorted([*FILES, "manifest.json"])
+    assert sorted(p.name for p in out.iterdir()) == sorted([*FILES, "inputs.parquet", "manifest.json"])
 
 
 def test_a_failing_rank_fails_the_run_with_its_message(tmp_path: Path, short_tmp: Path) -> None:

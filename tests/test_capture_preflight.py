@@ -132,6 +132,7 @@ def test_a_dry_run_that_passes_is_a_run_that_runs(tmp_path: Path) -> None:
     run = forkrun.run(["capture", *TINY, "-l", "layer1", "--grad", photo, "-o", "out"], cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "inputs.parquet",
         "layer1.grad.npy",
         "layer1.npy",
         "manifest.json",

@@ -138,7 +138,7 @@ def test_a_killed_runs_scratch_is_removed_by_the_next_run(cli, tmp_path: Path) -
     again = cli("capture", *MODEL, "-l", "layer1", "--random-input", "-o", out, "--overwrite")
     assert again.exit_code == 0, again.stderr
     assert "removed 1 scratch folder(s)" in again.stderr and "interrupted capture" in again.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["layer1.npy", "manifest.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["layer1.npy", "manifest.json"]  # (one random input)
 
 
 def test_json_stdout_holds_only_json_when_user_code_prints(cli, tmp_path: Path) -> None:
@@ -261,7 +261,14 @@ def test_files_get_the_users_usual_permissions(cli, tmp_path: Path) -> None:
     finally:
         os.umask(old)
     drawn = {"layer1.png", ".hookdump-files.json"}  # show's picture and its record
-    assert set(modes) == {"layer1.npy", "layer1.pt", "tensors.safetensors", "manifest.json", *drawn}
+    assert set(modes) == {
+        "layer1.npy",
+        "layer1.pt",
+        "tensors.safetensors",
+        "inputs.parquet",
+        "manifest.json",
+        *drawn,
+    }
     assert set(modes.values()) == {0o644}, modes
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import timm
 import typer
+from conftest import inputs_of
 from test_model_real_weights import IMAGENET_CATS, lite0_checkpoint  # noqa: F401  (a fixture)
 
 from hookdump.cli.app import app
@@ -47,7 +48,7 @@ def test_preset_twins_pos_block_is_the_seed_job(cli, tmp_path: Path) -> None:
 def test_preset_resnet_stages_over_a_folder(cli, tmp_path: Path, photos: Path) -> None:
     shipped = cli("capture", "--config", CONFIGS / "resnet-stages.toml", "-o", tmp_path / "o")
     assert shipped.exit_code == 0, shipped.stderr
-    assert [Path(i["path"]).name for i in _manifest(tmp_path / "o")["inputs"]] == ["sample.jpg"]
+    assert [Path(i["path"]).name for i in inputs_of(tmp_path / "o")] == ["sample.jpg"]
     # folders on the command line replace the preset's; shapes from timm's own feature_info
     mine = cli("capture", "--config", CONFIGS / "resnet-stages.toml", photos, "-o", tmp_path / "mine")
     assert mine.exit_code == 0, mine.stderr

@@ -39,7 +39,7 @@ import numpy as np
 import pytest
 import timm
 import torch
-from conftest import PLUGINS, SKIMAGE_DATA, WAIT_S
+from conftest import PLUGINS, SKIMAGE_DATA, WAIT_S, inputs_of
 from PIL import Image
 from safetensors.torch import save_file
 from test_cli_messages import TWINS_FOR_OLD_TIMM, _png_of_zeros, _RunsCode, paragraph, tiny_disk  # noqa: F401
@@ -1006,10 +1006,7 @@ def test_odd_but_valid_images_are_converted_and_recorded(tmp_path: Path) -> None
     out = tmp_path / "out"
     result = _invoke("capture", *TINY, "-l", "layer1", photos, "-o", out)
     assert result.exit_code == 0, result.stderr
-    conversions = {
-        Path(i["path"]).name: i["conversion"]
-        for i in json.loads((out / "manifest.json").read_text())["inputs"]
-    }
+    conversions = {Path(i["path"]).name: i["conversion"] for i in inputs_of(out)}
     assert conversions == {
         "cat-16.png": "16-bit grayscale scaled to 8 bits (value / 257), then to RGB",
         "cat-CMYK.jpg": "CMYK to RGB",
@@ -1107,13 +1104,14 @@ def test_a_signal_stops_the_capture_and_resume_finishes_it_byte_identical(
     assert f"resumed after {done} of 10 images" in resumed.stderr
     whole = folder / "whole"
     names = sorted(p.name for p in whole.iterdir())
-    assert names == sorted(p.name for p in out.iterdir()) == ["conv.npy", "conv.pt", "manifest.json"]
+    assert (
+        names
+        == sorted(p.name for p in out.iterdir())
+        == ["conv.npy", "conv.pt", "inputs.parquet", "manifest.json"]
+    )
     for file in ("conv.npy", "conv.pt"):
         assert (out / file).read_bytes() == (whole / file).read_bytes(), file
-    assert (
-        json.loads((out / "manifest.json").read_text())["inputs"]
-        == json.loads((whole / "manifest.json").read_text())["inputs"]
-    )
+    assert inputs_of(out) == inputs_of(whole)
 
 
 def test_ctrl_c_while_the_files_move_into_place_waits_for_them(
@@ -1136,6 +1134,6 @@ def test_ctrl_c_while_the_files_move_into_place_waits_for_them(
     assert result.exit_code == 130, result.stderr
     paragraph(result.stderr, f"interrupted (130): the capture had finished: `{out}` holds it, complete.")
     _error_object(result.stdout, 130, result.stderr)
-    assert sorted(p.name for p in out.iterdir()) == ["conv1.npy", "manifest.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["conv1.npy", "manifest.json"]  # (one random input)
     assert json.loads((out / "manifest.json").read_text())["complete"] is True
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -14,6 +14,7 @@ from pathlib import Path
 import forkrun
 import numpy as np
 import pytest
+from conftest import inputs_of
 from helpers import hub_unreachable
 from test_cli_messages import EXE, TINY, paragraph
 
@@ -328,7 +329,7 @@ def test_animated_gif_says_frame_0_was_used(tmp_path: Path, photos: Path) -> Non
     assert "note: 1 input(s) hold several frames, an animation or pages: anim.gif (2 frames); frame 0" in (
         proc.stderr
     )
-    record = json.loads((tmp_path / "o" / "manifest.json").read_text())["inputs"][0]
+    record = inputs_of(tmp_path / "o")[0]
     assert record["frames"] == 2 and record["frame_used"] == 0
     first = run(tmp_path, "capture", "first.png", *TINY, "-o", "f")
     assert first.returncode == 0 and "frames" not in first.stderr, first.stderr
@@ -353,7 +354,7 @@ def test_photos_inside_out_left_out_of_the_walk_get_a_note(tmp_path: Path, photo
     real = run(tmp_path, "capture", photos, *TINY, "-o", photos / "acts")
     assert real.returncode == 0 and note in real.stderr, real.stderr
     manifest = json.loads((photos / "acts" / "manifest.json").read_text())
-    assert len(manifest["inputs"]) == 2 and any("left out" in n for n in manifest["notes"])
+    assert len(inputs_of(photos / "acts")) == 2 and any("left out" in n for n in manifest["notes"])
     plain = run(tmp_path, "capture", photos / "more", *TINY, "-o", photos / "acts2")
     assert "folder walk left out" not in plain.stderr
 

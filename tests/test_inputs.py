@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import inputs_of
 from PIL import Image
 
 from hookdump.errors import EXIT_INPUT, InputError
@@ -213,7 +213,7 @@ def test_unreadable_subfolder_is_an_input_error(photos: Path, tmp_path: Path) ->
 
 
 def _input_paths(out: Path) -> list[str]:
-    return [i["path"] for i in json.loads((out / "manifest.json").read_text())["inputs"]]
+    return [i["path"] for i in inputs_of(out)]
 
 
 def test_capture_into_the_photo_folder_twice_reads_only_the_photos(cli, photos: Path) -> None:
@@ -245,7 +245,7 @@ def test_manifest_records_the_16bit_conversion(cli, chelsea: Path, tmp_path: Pat
     out = tmp_path / "out"
     result = cli("capture", *MODEL, "-l", "conv1", path, chelsea, "-o", out)
     assert result.exit_code == 0, result.stderr
-    sixteen, eight = json.loads((out / "manifest.json").read_text())["inputs"]
+    sixteen, eight = inputs_of(out)
     with Image.open(chelsea) as image:
         size = list(image.size)
     assert sixteen == {

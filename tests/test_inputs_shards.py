@@ -14,7 +14,7 @@ from pathlib import Path
 import forkrun
 import numpy as np
 import pytest
-from conftest import SKIMAGE_DATA
+from conftest import SKIMAGE_DATA, inputs_of
 from test_cli_messages import paragraph
 
 PHOTOS = ["chelsea.png", "astronaut.png", "coffee.png", "rocket.jpg", "coins.png", "camera.png"]
@@ -62,8 +62,8 @@ def test_a_brace_range_of_shards_is_the_capture_of_the_same_photos_as_files(
     done = hd(tmp_path, "capture", *MODEL, shards, "--batch-size", "2", "--workers", "2", "-o", "tar")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "tar" / "layer1.npy").read_bytes() == (dataset / "files" / "layer1.npy").read_bytes()
-    inputs = json.loads((tmp_path / "tar" / "manifest.json").read_text())["inputs"]
-    files = json.loads((dataset / "files" / "manifest.json").read_text())["inputs"]
+    inputs = inputs_of(tmp_path / "tar")
+    files = inputs_of(dataset / "files")
     assert [r["path"] for r in inputs] == [
         f"{dataset}/train-{s:03d}.tar::n{s}_{i}" for s in range(3) for i in range(2)
     ]
@@ -128,7 +128,7 @@ def test_bad_shards_are_one_paragraph_each_and_skip_bad_names_the_sample(
     done = hd(tmp_path, "capture", *MODEL, "bad.tar", "--skip-bad", "-o", "skipped")
     assert done.returncode == 0, done.stderr
     manifest = json.loads((tmp_path / "skipped" / "manifest.json").read_text())
-    assert [r["path"] for r in manifest["inputs"]] == ["bad.tar::good"]
+    assert [r["path"] for r in inputs_of(tmp_path / "skipped")] == ["bad.tar::good"]
     assert [s["path"] for s in manifest["skipped"]] == ["bad.tar::text", "bad.tar::label"]
     assert "has no image: its members are .cls" in manifest["skipped"][1]["reason"]
 
@@ -149,7 +149,7 @@ def test_killed_mid_shard_resume_and_whole_shard_parts(dataset: Path, tmp_path: 
         assert hd(tmp_path, *args, "--shard", f"{i}/2", "-o", f"part{i}").returncode == 0
         parts.append(json.loads((tmp_path / f"part{i}" / "manifest.json").read_text()))
     assert [p["shard"]["split"] for p in parts] == ["tar shards"] * 2
-    assert [[r["path"].split("::")[0][-13:] for r in p["inputs"]] for p in parts] == [
+    assert [[r["path"].split("::")[0][-13:] for r in inputs_of(tmp_path / f"part{i}")] for i in range(2)] == [
         ["train-000.tar"] * 2,
         ["train-001.tar"] * 2 + ["train-002.tar"] * 2,
     ]
@@ -183,7 +183,7 @@ def test_class_folders_label_each_input(tmp_path: Path) -> None:
             shutil.copy(SKIMAGE_DATA / name, tmp_path / "val" / label / name)
     done = hd(tmp_path, "capture", *MODEL, "val", "-o", "cap")
     assert done.returncode == 0, done.stderr
-    inputs = json.loads((tmp_path / "cap" / "manifest.json").read_text())["inputs"]
+    inputs = inputs_of(tmp_path / "cap")
     assert [(Path(r["path"]).name, r["label"]) for r in inputs] == [
         ("chelsea.png", "cat"),
         ("coffee.png", "things"),
@@ -192,7 +192,7 @@ def test_class_folders_label_each_input(tmp_path: Path) -> None:
     shutil.copy(SKIMAGE_DATA / "camera.png", tmp_path / "val" / "loose.png")
     done = hd(tmp_path, "capture", *MODEL, "val", "-o", "mixed")
     assert done.returncode == 0, done.stderr
-    inputs = json.loads((tmp_path / "mixed" / "manifest.json").read_text())["inputs"]
+    inputs = inputs_of(tmp_path / "mixed")
     assert not any("label" in r for r in inputs)
     values = np.load(tmp_path / "cap" / "layer1.npy")
     assert values.shape[0] == 3

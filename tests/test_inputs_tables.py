@@ -4,19 +4,23 @@ the same photos as files, bitwise; labels come from --label-column; bad tables g
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import SKIMAGE_DATA
+from conftest import SKIMAGE_DATA, inputs_of
 from test_cli_messages import paragraph
 from test_inputs_shards import MODEL, PHOTOS, hd
+
+import hookdump
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +53,10 @@ def test_parquet_rows_are_the_capture_of_the_same_photos(data: Path, tmp_path: P
     done = hd(tmp_path, *args, "--batch-size", "4", "--workers", "2", "-o", "pq")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "pq" / "layer1.npy").read_bytes() == (data / "files" / "layer1.npy").read_bytes()
-    inputs = json.loads((tmp_path / "pq" / "manifest.json").read_text())["inputs"]
+    inputs = inputs_of(tmp_path / "pq")
     assert [r["path"] for r in inputs] == [f"{data}/photos.parquet::{i}" for i in range(6)]
     assert [r["label"] for r in inputs] == list(range(6))
-    files = json.loads((data / "files" / "manifest.json").read_text())["inputs"]
+    files = inputs_of(data / "files")
     assert [r["sha256"] for r in inputs] == [r["sha256"] for r in files]
 
 
@@ -62,7 +66,7 @@ def test_a_save_to_disk_folder_is_read_by_its_image_struct(data: Path, tmp_path:
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "hf" / "layer1.npy").read_bytes() == (data / "files" / "layer1.npy").read_bytes()
-    inputs = json.loads((tmp_path / "hf" / "manifest.json").read_text())["inputs"]
+    inputs = inputs_of(tmp_path / "hf")
     assert [r["label"] for r in inputs] == [10 + i for i in range(6)]
     assert inputs[0]["path"].endswith(".arrow::0")
 
@@ -118,7 +122,7 @@ def test_bad_tables_are_one_paragraph_each(data: Path, tmp_path: Path) -> None:
     done = hd(tmp_path, "capture", *MODEL, "bad.parquet", "--skip-bad", "-o", "skipped")
     assert done.returncode == 0, done.stderr
     manifest = json.loads((tmp_path / "skipped" / "manifest.json").read_text())
-    assert [r["path"] for r in manifest["inputs"]] == ["bad.parquet::1"]
+    assert [r["path"] for r in inputs_of(tmp_path / "skipped")] == ["bad.parquet::1"]
     assert [s["path"] for s in manifest["skipped"]] == ["bad.parquet::0"]
 
 
@@ -144,3 +148,54 @@ def test_without_pyarrow_a_table_is_one_paragraph_naming_the_extra(data: Path, t
         cwd=tmp_path, env=env, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert "the inputs' records are in the manifest: pyarrow (the data extra) would write" in done.stderr
+    manifest = json.loads((tmp_path / "y" / "manifest.json").read_text())  # as captures before the table
+    assert [Path(r["path"]).name for r in manifest["inputs"]] == ["coffee.png"]
+    assert not (tmp_path / "y" / "inputs.parquet").exists()
+    assert [Path(r["path"]).name for r in inputs_of(tmp_path / "y")] == ["coffee.png"]  # and it opens
+
+
+def test_the_inputs_table_beside_the_tensors(data: Path, tmp_path: Path) -> None:
+    """The inputs' records leave the manifest for inputs.parquet (read here with pyarrow alone): one row an
+    input, source and key apart, labels, sha256 (hashlib's), size and mode; the manifest keeps the count and
+    the table's sha256; merge joins the parts' tables; hookdump.open gives it pandas-ready."""
+    import hashlib
+
+    shards = tmp_path / "train.tar"
+    with tarfile.open(shards, "w") as tar:
+        for i, name in enumerate(PHOTOS[:4]):
+            for member, body in (
+                (f"k{i}.png", (SKIMAGE_DATA / name).read_bytes()),
+                (f"k{i}.cls", str(i % 2).encode()),
+            ):
+                info = tarfile.TarInfo(member)
+                info.size = len(body)
+                tar.addfile(info, io.BytesIO(body))
+    args = ("capture", *MODEL, "train.tar", "--batch-size", "2", "--workers", "0")
+    assert hd(tmp_path, *args, "-o", "whole").returncode == 0
+    manifest = json.loads((tmp_path / "whole" / "manifest.json").read_text())
+    table_file = tmp_path / "whole" / "inputs.parquet"
+    assert manifest["inputs"] == {
+        "count": 4,
+        "table": "inputs.parquet",
+        "sha256": hashlib.sha256(table_file.read_bytes()).hexdigest(),
+    }
+    rows = pq.read_table(table_file).to_pylist()
+    assert [(r["row"], r["source"], r["key"], r["label"]) for r in rows] == [
+        (i, "train.tar", f"k{i}", i % 2) for i in range(4)
+    ]
+    assert [r["sha256"] for r in rows] == [
+        hashlib.sha256((SKIMAGE_DATA / n).read_bytes()).hexdigest() for n in PHOTOS[:4]
+    ]
+    assert (rows[0]["width"], rows[0]["height"], rows[0]["mode"]) == (451, 300, "RGB")
+    frame = hookdump.open(tmp_path / "whole").inputs_table.to_pandas()
+    assert frame.groupby("label").size().to_dict() == {0: 2, 1: 2}
+    for i in range(2):
+        assert hd(tmp_path, *args, "--shard", f"{i}/2", "-o", f"part{i}").returncode == 0
+    assert hd(tmp_path, "merge", "part0", "part1", "-o", "merged").returncode == 0
+    assert pq.read_table(tmp_path / "merged" / "inputs.parquet").to_pylist() == rows
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "inputs.parquet").write_text("mine")
+    done = hd(tmp_path, *args, "-o", "other")
+    assert done.returncode == 2 and "`other/inputs.parquet` is in the way" in done.stderr, done.stderr
+    assert (tmp_path / "other" / "inputs.parquet").read_text() == "mine"

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import inputs_of
 from helpers import hand_hooks, photo_batch, seeded
 
 from hookdump import api
@@ -76,7 +77,7 @@ def test_default_model_capture_writes_the_seed_layer(cli, chelsea: Path, tmp_pat
     }
     assert manifest["tensors"][0]["file"] == "pos_block.3.proj.0.npy"
     assert manifest["tensors"][0]["shape"] == [1, 1024, 7, 7]
-    assert manifest["inputs"][0]["path"] == str(chelsea)
+    assert manifest["inputs"]["count"] == 1 and inputs_of(out)[0]["path"] == str(chelsea)
 
 
 @pytest.fixture(scope="module")

@@ -35,4 +35,6 @@ def test_png_draws_every_map_beside_its_tensor_and_says_what_it_skipped(cli, che
     )
     assert again.exit_code == 0, again.stderr
     left = sorted(p.name for p in out.iterdir())
-    assert left == ["layer2.npy", "manifest.json"], left  # no stale picture, page, report folder or record
+    assert left == ["inputs.parquet", "layer2.npy", "manifest.json"], (
+        left
+    )  # no stale picture, page, report folder or record

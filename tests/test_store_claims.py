@@ -262,7 +262,7 @@ def test_capture_overwrite_takes_its_pictures_and_report_with_it_and_nothing_els
     )
     assert proc.returncode == 0, proc.stderr
     left = sorted(p.name for p in out.iterdir())
-    assert left == ["layer1.npy", "manifest.json", "mine.png"], left
+    assert left == ["inputs.parquet", "layer1.npy", "manifest.json", "mine.png"], left
     assert (out / "mine.png").read_bytes() == USER
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import forkrun
 import numpy as np
 import pytest
-from conftest import SKIMAGE_DATA
+from conftest import SKIMAGE_DATA, inputs_of
 from test_cli_messages import paragraph
 
 TINY = ("-m", "test_resnet", "--input-size", "3,64,64", "-l", "layer1", "-l", "fc")
@@ -56,7 +56,7 @@ def _same_capture(out: Path, whole: Path) -> None:
     for name in theirs:
         if name != "manifest.json":
             assert ours[name] == theirs[name], name
-    assert _manifest(out)["inputs"] == _manifest(whole)["inputs"]
+    assert inputs_of(out) == inputs_of(whole)
     assert _manifest(out)["complete"] is not False
 
 
@@ -197,7 +197,7 @@ def test_resume_refuses_an_input_changed_since_its_rows_were_captured(
     hd(*args, "-o", tmp_path / "later", kill_at="checkpoint-1")
     shutil.copy(SKIMAGE_DATA / "astronaut.png", photos / "img_012.png")
     assert hd(*args, "-o", tmp_path / "later", "--resume").returncode == 0
-    later = next(i for i in _manifest(tmp_path / "later")["inputs"] if i["path"].endswith("img_012.png"))
+    later = next(i for i in inputs_of(tmp_path / "later") if i["path"].endswith("img_012.png"))
     assert later["sha256"] == hashlib.sha256((SKIMAGE_DATA / "astronaut.png").read_bytes()).hexdigest()
 
 

@@ -62,7 +62,7 @@ def merge(shard_dirs: list[Path], out: Path, overwrite: bool = False) -> MergeRe
             for stem, entry in entries.items():
                 _append(writer, entry, capture[stem])
         records = [_captured(stem, entry, captures) for stem, entry in entries.items()]
-        header = _merged_header(first, [c.manifest for c in captures], shard_dirs, out)
+        header = _merged_header(first, captures, shard_dirs, out)
         saved = writer.commit(records, header)
     return MergeResult(out, out / MANIFEST, len(captures), len(header["inputs"]), saved)
 
@@ -160,11 +160,12 @@ def _captured(stem: str, entry: dict[str, Any], captures: list[Any]) -> Captured
 
 
 def _merged_header(
-    first: dict[str, Any], manifests: list[dict[str, Any]], dirs: list[Path], out: Path
+    first: dict[str, Any], captures: list[Capture], dirs: list[Path], out: Path
 ) -> dict[str, Any]:
+    manifests = [c.manifest for c in captures]
     header = {k: v for k, v in first.items() if k not in ("tensors", "shard")}
     header["options"] = {**first["options"], "out": str(out), "shard": None}
-    header["inputs"] = [record for m in manifests for record in m["inputs"]]
+    header["inputs"] = [record for c in captures for record in c.inputs]  # (a table's too)
     header["skipped"] = [record for m in manifests for record in m.get("skipped", [])]
     header["stopped_early"] = any(m.get("stopped_early") for m in manifests)
     if first.get("grad"):

@@ -13,6 +13,7 @@ from ..inputs.files import InputSpec
 from ..model.layers import LayerTarget
 from ..model.spec import ModelSpec
 from ..model.tree import Inventory, ModuleInfo
+from ..store import inputtable
 from ..store.saved import SavedTensor
 from .options import CaptureOptions
 
@@ -66,7 +67,8 @@ def from_manifest(
         out=out, manifest=out / "manifest.json", requested=data["model"]["requested"],
         timm_name=data["model"]["timm_name"], device=data["device"],
         tensors=tensors if tensors is not None else [_saved(t) for t in data["tensors"]],
-        inputs=data["inputs"], notes=data["notes"], seconds=seconds, stopped_early=data["stopped_early"],
+        inputs=inputtable.records(out, data["inputs"]), notes=data["notes"], seconds=seconds,
+        stopped_early=data["stopped_early"],
         classes=(data.get("grad") or {}).get("classes", []), skipped=data.get("skipped", []),
     )  # fmt: skip
 

@@ -151,6 +151,7 @@ def run(
                 raise
             raise stopped(exc) from None
         profile.add("commit", start)
+        notes += writer.commit_notes
     profile.dump({"run": time.perf_counter() - started})
     return CaptureResult(
         out=opts.out,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..inputs.images import digest, stamp
+from ..store import inputtable
 from .colormap import paint
 from .maps import describe_nonfinite, to_unit
 
@@ -93,7 +94,7 @@ def _digest_of(path: str, size: int, mtime_ns: int) -> str:
 
 def photo_notes(loaded: Loaded, photo: Path, index: int) -> list[str]:
     """A note when the manifest says image ``index`` was another photo than ``photo``."""
-    inputs = (loaded.manifest or {}).get("inputs") or []
+    inputs = inputtable.records(loaded.path.parent, (loaded.manifest or {}).get("inputs"))
     if index >= len(inputs) or not isinstance(inputs[index], dict) or "sha256" not in inputs[index]:
         return []
     if _digest(photo) == inputs[index]["sha256"]:

@@ -61,7 +61,7 @@ def build(out: Path, *, max_channels: int = 64) -> Report:
         try:
             for section in sections:
                 notes += _draw(out, section, scratch, max_channels)
-            inputs = _inputs(manifest, scratch / "inputs")
+            inputs = _inputs(capture.inputs, manifest, scratch / "inputs")
         except OSError as exc:
             raise from_environment(exc) or UsageError(
                 f"Cannot write the report into `{out}`: {exc}", f"Make the folder writable, or {elsewhere}."
@@ -139,11 +139,11 @@ def _draw(out: Path, section: Section, scratch: Path, max_channels: int) -> list
     return list(rendered.notes)
 
 
-def _inputs(manifest: dict[str, Any], folder: Path) -> list[InputRow]:
+def _inputs(records: list[dict[str, Any]], manifest: dict[str, Any], folder: Path) -> list[InputRow]:
     """The inputs as table rows, the first ``THUMBNAILS`` photos with a thumbnail in ``folder``."""
     rows: list[InputRow] = []
     cwd = Path(str(manifest.get("cwd") or "."))
-    for number, record in enumerate((manifest.get("inputs") or [])[:LISTED]):
+    for number, record in enumerate(records[:LISTED]):
         if not isinstance(record, dict):
             continue
         if record.get("random"):

@@ -8,7 +8,7 @@ import math
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from ..store import nonfinite
+from ..store import inputtable, nonfinite
 from ..store.manifest import MANIFEST
 from ..store.stats import FINITE_ONLY, number, percent
 from ..version import __version__
@@ -56,7 +56,7 @@ def html(report: Report, manifest: dict[str, Any], when: str, manifest_sha256: s
     """The whole page."""
     model = manifest.get("model") or {}
     name = str(model.get("timm_name") or model.get("requested") or "model")
-    inputs = manifest.get("inputs") or []
+    inputs = range(inputtable.count(manifest.get("inputs")))
     first = _label(report.inputs[0]) if report.inputs else "image 0"
     banner = f'<div class="banner">{_e(report.banner)}</div>' if report.banner else ""
     body = [

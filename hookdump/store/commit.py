@@ -47,6 +47,8 @@ def previous_files(out: Path) -> list[str]:
         files = {str(entry["file"]) for entry in old.get("tensors", [])}
     except (KeyError, TypeError, AttributeError):
         files = set()
+    if isinstance(old.get("inputs"), dict) and isinstance(old["inputs"].get("table"), str):
+        files.add(old["inputs"]["table"])  # the inputs' table
     if any(name != SAFETENSORS_FILE and name.startswith("tensors-") for name in files):
         files.add(SAFETENSORS_INDEX)
     files = {n for n in files if (out / n).parent == out and (out / n).is_file()}

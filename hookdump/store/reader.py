@@ -6,6 +6,7 @@ loaded whole. No torch import unless a tensor needs it (bfloat16, or a ``.pt``-o
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import numpy as np
 
 from ..errors import InputError, did_you_mean
+from . import inputtable
 from .manifest import MANIFEST, entry_stem, inside
 
 if TYPE_CHECKING:
@@ -47,7 +49,6 @@ class Capture(Mapping[str, Array]):
     def __init__(self, out: str | os.PathLike[str]) -> None:
         self.path = Path(out)
         self.manifest = finished_manifest(self.path)
-        self.inputs: list[dict[str, Any]] = list(self.manifest.get("inputs") or [])
         listed = [e for e in self.manifest.get("tensors") or [] if isinstance(e, dict)]
         for entry in listed:
             file = inside(self.path, entry.get("file"))
@@ -64,6 +65,17 @@ class Capture(Mapping[str, Array]):
         self._headers: dict[str, tuple[int, dict[str, Any]]] = {}  # safetensors file -> (data start, header)
         for key, entry in chosen.items():
             self._check(key, entry)
+
+    @functools.cached_property
+    def inputs(self) -> list[dict[str, Any]]:
+        """The inputs' records (read from ``inputs.parquet`` when first asked for, or the manifest's list)."""
+        return inputtable.records(self.path, self.manifest.get("inputs"))
+
+    @property
+    def inputs_table(self) -> Any:
+        """The inputs as a table (pyarrow: ``.to_pandas()``; the data extra): ``row``, ``source``, ``key``,
+        ``label``, ``sha256``, ``width``, ``height``, ``mode``, ``record``; to group rows by label, say."""
+        return inputtable.table(self.path, self.manifest.get("inputs"))
 
     def __getitem__(self, key: str) -> Array:
         """The tensor ``key``, memory-mapped (a KeyError names the closest keys)."""

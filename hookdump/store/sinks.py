@@ -14,7 +14,7 @@ import torch
 from ..errors import Interrupted, UsageError, check_choice
 from ..failures import DISK_FULL, disk_full
 from ..inputs.images import digest
-from . import commit, outdir, profile
+from . import commit, inputtable, outdir, profile
 from .lock import OutputLock
 from .manifest import MANIFEST
 from .outdir import CLASSES, HASHES, PROGRESS, RUN, SCRATCH
@@ -101,6 +101,7 @@ class Writer:
         self._synced = 0  # streams whose file names were made durable
         self.hashes: dict[str, str] = {}  # each input's sha256 when its batch was written
         self.image_key: str | None = None  # the inputs' --image-key (of tar shard samples)
+        self.commit_notes: list[str] = []  # what the commit says (the inputs' records kept in the manifest)
 
     def __enter__(self) -> Writer:
         """Create ``out``, lock it (one capture at a time), then continue or clear its scratch folder."""
@@ -275,6 +276,16 @@ class Writer:
         saved, moves = saved_files(
             entries, streams, self.source_dtypes, stats, self.formats, self.scratch, self.shard_bytes
         )
+        header = dict(header)
+        records = header.get("inputs")
+        if isinstance(records, list) and records and not any(r.get("random") for r in records):
+            kept = inputtable.kept_in_manifest(records)
+            if kept is None:  # the inputs' records beside the tensors, the manifest keeps a count
+                header["inputs"] = inputtable.write(self.scratch / inputtable.TABLE, records)
+                moves[inputtable.TABLE] = inputtable.TABLE
+            else:
+                header["notes"] = [*header.get("notes", []), kept]
+                self.commit_notes.append(kept)
         self._keep_scratch = True  # from here on, every batch is kept whatever happens
         commit.check_free(self.out, list(moves.values()), self.command)
         with commit.signals_held() as came:  # a kill from here on leaves a state a rerun finishes

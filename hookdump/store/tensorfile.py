@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, UsageError, did_you_mean
+from . import inputtable
 from .manifest import inside
 from .reader import (
     SAFETENSORS_DTYPES,
@@ -75,7 +76,7 @@ class Loaded:
     @property
     def images(self) -> int | None:
         """How many images the capture took (the manifest's inputs), when it says."""
-        return len((self.manifest or {}).get("inputs") or []) or None
+        return inputtable.count((self.manifest or {}).get("inputs")) or None
 
     @property
     def windows(self) -> dict[str, Any] | None:
