@@ -36,7 +36,7 @@ def _is_class_folder(folder: str, suffixes: frozenset[str]) -> bool:
 
 
 def note(records: list[dict[str, object]]) -> list[str]:
-    """``labels: 6 input(s) have one (3 distinct: cat, dog, ...), in the manifest's inputs``: of class
+    """``labels: 6 input(s) have one (3 distinct: cat, dog, ...), in the inputs' records``: of class
     folders or tar shards' ``.cls`` members."""
     found = [r["label"] for r in records if "label" in r]
     if not found:
@@ -44,5 +44,5 @@ def note(records: list[dict[str, object]]) -> list[str]:
     names = sorted({str(label) for label in found})
     return [
         f"labels: {len(found)} input(s) have one ({len(names)} distinct: {first_few(names)}), from class"
-        " folders, .cls members or --label-column; the manifest's inputs say `label`"
+        " folders, .cls members or --label-column; the inputs' records say `label`"
     ]
