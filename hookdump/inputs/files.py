@@ -89,7 +89,9 @@ def collect(
     found: list[Path] = []
     left_out: list[Path] = []
     for text in spec.paths:
-        if tables.is_table(text):  # Parquet, a save_to_disk folder: each row, FILE::ROW, in order
+        if tables.is_table(
+            text, IMAGE_SUFFIXES
+        ):  # Parquet, a save_to_disk folder: each row, FILE::ROW, in order
             found.extend(tables.addresses(text, spec.image_column, spec.label_column))
             continue
         found.extend(_expand(text, skip, left_out))

@@ -16,30 +16,21 @@ from typing import Any
 from ..errors import InputError
 from ..model import extras
 from ..units import first_few
+from .shards import SEPARATOR
 
-SEPARATOR = "::"
 SUFFIXES = (".parquet", ".arrow")
-_IMAGES = {
-    ".jpg",
-    ".jpeg",
-    ".png",
-    ".webp",
-    ".bmp",
-    ".gif",
-    ".tif",
-    ".tiff",
-}  # a folder of photos is no table
 
 
-def is_table(text: str) -> bool:
-    """Whether an input names a Parquet file, a folder of them, or a ``save_to_disk`` folder."""
+def is_table(text: str, image_suffixes: set[str]) -> bool:
+    """Whether an input names a Parquet file, a folder of them (and of no image, ``image_suffixes``), or a
+    ``save_to_disk`` folder."""
     path = Path(text)
     if path.suffix.lower() == ".parquet":
         return True
     if not path.is_dir():
         return False
     names = [p.suffix.lower() for p in path.iterdir() if p.is_file()]
-    return (path / "state.json").is_file() or (".parquet" in names and not set(names) & _IMAGES)
+    return (path / "state.json").is_file() or (".parquet" in names and not set(names) & image_suffixes)
 
 
 def is_row(path: Path | str) -> bool:
@@ -121,7 +112,6 @@ def image_column(file: Path, wanted: str | None) -> str:
     """The column that holds a file's images: ``wanted``, else ``image``, else its one binary column;
     one that is not there, or holds no bytes, is an error listing the columns."""
     columns = layout(file).columns
-    listed = ", ".join(f"{name} ({kind})" for name, kind in columns.items())
     if wanted is None:
         binary = [n for n, k in columns.items() if _holds_bytes(k)]
         wanted = "image" if "image" in columns else (binary[0] if len(binary) == 1 else None)
@@ -129,20 +119,25 @@ def image_column(file: Path, wanted: str | None) -> str:
             raise InputError(
                 f"`{file}` has no column named `image` and {len(binary)} binary columns: which holds the"
                 " images?",
-                f"Name it with --image-column; its columns: {listed}.",
+                f"Name it with --image-column; its columns: {_listed(columns)}.",
             )
     if wanted not in columns:
         raise InputError(
-            f"`{file}` has no column `{wanted}`; its columns: {listed}.",
+            f"`{file}` has no column `{wanted}`; its columns: {_listed(columns)}.",
             "Name one of them with --image-column.",
         )
     if not _holds_bytes(columns[wanted]):
         raise InputError(
             f"Column `{wanted}` of `{file}` holds {columns[wanted]}, not encoded images (bytes, or"
             " datasets.Image's {bytes, path} struct).",
-            f"Name the column of image bytes with --image-column; its columns: {listed}.",
+            f"Name the column of image bytes with --image-column; its columns: {_listed(columns)}.",
         )
     return wanted
+
+
+def _listed(columns: dict[str, str]) -> str:
+    """``name (type), ...``: the columns an error lists (made only for one)."""
+    return ", ".join(f"{name} ({kind})" for name, kind in columns.items())
 
 
 def _holds_bytes(kind: str) -> bool:

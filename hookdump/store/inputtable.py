@@ -15,10 +15,10 @@ from typing import Any
 
 from ..digest import sha256
 from ..errors import InputError
+from ..inputs.shards import SEPARATOR
 from ..model import extras
 
 TABLE = "inputs.parquet"
-_SPLIT = "::"
 _OWN = ("path", "sha256", "mode", "size", "label")  # the record's keys that have columns of their own
 
 
@@ -64,7 +64,7 @@ def _as_table(records: list[dict[str, Any]]) -> Any:
     pa, _ = _pyarrow()
     sources, keys = [], []
     for record in records:
-        source, _, key = str(record.get("path", "")).partition(_SPLIT)
+        source, _, key = str(record.get("path", "")).partition(SEPARATOR)
         sources.append(source)
         keys.append(key)
     labels = [r.get("label") for r in records]
@@ -104,7 +104,7 @@ def records(folder: Path, listed: Any) -> list[dict[str, Any]]:
     table = read(folder, listed).to_pylist()
     found = []
     for row in table:
-        record: dict[str, Any] = {"path": row["source"] + (f"{_SPLIT}{row['key']}" if row["key"] else "")}
+        record: dict[str, Any] = {"path": row["source"] + (f"{SEPARATOR}{row['key']}" if row["key"] else "")}
         if row["sha256"] is not None:
             record["sha256"] = row["sha256"]
         if row["mode"] is not None:
