@@ -200,6 +200,8 @@ def plan(
     )
     if source is not None and source.image_part:  # the decoding workers read a sample's image by it
         config["image_key"] = source.image_part
+    if source is not None and source.label_column:  # ... and a table row's label
+        config["label_column"] = source.label_column
     wants_ops = any(opspecs.is_op_spec(s) for s in layer_specs)  # the ops are named in the traced pass
     found = inventory.take(
         build_meta, lambda: load_real()[0], config["input_size"], size_given=size is not None, ops=wants_ops

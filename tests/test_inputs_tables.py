@@ -83,11 +83,24 @@ def test_killed_mid_table_resume_gives_the_same_bytes(data: Path, tmp_path: Path
         "--workers",
         "0",
     )
-    killed = hd(tmp_path, *args, "-o", "out", env={**os.environ, "HOOKDUMP_TEST_KILL_AT": "checkpoint-1"})
-    assert killed.returncode == -9, killed.stderr
-    done = hd(tmp_path, *args, "-o", "out", "--resume")
-    assert done.returncode == 0 and "resumed after 2 of 6" in done.stderr, done.stderr
-    assert (tmp_path / "out" / "layer1.npy").read_bytes() == (data / "files" / "layer1.npy").read_bytes()
+    assert hd(tmp_path, *args, "-o", "whole").returncode == 0
+    whole = pq.read_table(tmp_path / "whole" / "inputs.parquet").to_pylist()
+    assert [r["sha256"] for r in whole] == [r["sha256"] for r in inputs_of(data / "files")]
+    for out, journal in (("out", "records"), ("old", "sha256 pairs")):
+        kill = {**os.environ, "HOOKDUMP_TEST_KILL_AT": "checkpoint-2"}
+        killed = hd(tmp_path, *args, "-o", out, env=kill)
+        assert killed.returncode == -9, killed.stderr
+        lines = tmp_path / out / ".hookdump-partial" / "inputs.jsonl"
+        batches = [json.loads(line) for line in lines.read_text().splitlines()]
+        assert [len(b) for b in batches] == [2, 2] and batches[0][0]["mode"] == "RGB"
+        if journal == "sha256 pairs":  # as hookdump kept them before the inputs' table
+            lines.write_text(
+                "".join(json.dumps([[r["path"], r["sha256"]] for r in b]) + "\n" for b in batches)
+            )
+        done = hd(tmp_path, *args, "-o", out, "--resume")
+        assert done.returncode == 0 and "resumed after 4 of 6" in done.stderr, done.stderr
+        assert (tmp_path / out / "layer1.npy").read_bytes() == (data / "files" / "layer1.npy").read_bytes()
+        assert pq.read_table(tmp_path / out / "inputs.parquet").to_pylist() == whole, journal
 
 
 def test_bad_tables_are_one_paragraph_each(data: Path, tmp_path: Path) -> None:

@@ -49,7 +49,6 @@ def run(
     with sinks.Writer(
         opts.out, opts.formats, opts.save_dtype, opts.overwrite, opts.resume, shard_bytes, found.total_bytes
     ) as writer:
-        writer.image_key = found.config.get("image_key")  # how it hashes tar shard samples
         if opts.overwrite:  # what an interrupted torchrun capture left goes too
             shutil.rmtree(opts.out / parallel.RANKS_FOLDER, ignore_errors=True)
         if writer.committed:  # --resume of a run stopped in its final moves: the writer finished them
@@ -66,12 +65,14 @@ def run(
         run = Run(torch_device, opts.dtype, opts.channels_last, opts.grad, opts.target)
         watch = shapes.Watch(found.paths, found.config["input_size"], writer.streams)
 
-        writer.start({"options": options_record, "inputs": input_list})
+        run_record = {"options": options_record, "inputs": input_list}
+        writer.start(run_record, None if source.random else found.paths)
+        finish = files.finisher(found.paths, source)  # the records the decoding workers made, finished
 
-        def write(item: tuple[dict[Key, torch.Tensor], dict[str, Any], list[int], int, list[Path]]) -> None:
-            tensors, progress, classes, images, paths = item
+        def write(item: tuple[dict[Key, torch.Tensor], dict[str, Any], list[int], int, list[Any]]) -> None:
+            tensors, progress, classes, images, records = item
             writer.append(tensors)
-            writer.checkpoint(progress, classes, paths)
+            writer.checkpoint(progress, classes, [finish(record) for record in records])
             if on_batch is not None:
                 start = profile.clock()
                 on_batch(images, len(found.paths) or 1, writer.bytes_written())
@@ -84,7 +85,7 @@ def run(
             state.advance(batch, classes)
             progress = state.progress(len(input_list), recorder)
             start = profile.clock()
-            behind.put((tensors, progress, classes, state.images, list(batch.paths)))
+            behind.put((tensors, progress, classes, state.images, batch.records))
             profile.add("writer wait", start)
 
         def stopped(exc: KeyboardInterrupt) -> Interrupted:
@@ -131,7 +132,7 @@ def run(
         notes += filter(None, [watch.note()])
         notes += writer.nonfinite_notes(results)  # NaN / Inf in a saved tensor, naming it
         records = input_records(
-            [p for p in found.paths if str(p) not in state.skipped_paths], source, found.config, writer.hashes
+            [p for p in found.paths if str(p) not in state.skipped_paths], source, found.config, writer.inputs
         )
         notes += frame_notes(records) + classfolders.note(records)
         extra = {**_run_record(recorder, run, opts, state.classes), "skipped": state.skipped, "notes": notes}

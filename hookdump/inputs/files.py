@@ -16,7 +16,7 @@ from ..errors import InputError, UsageError
 from ..model.sources.timm.names import ALIASES
 from ..units import first_few
 from . import classfolders, shards, tables
-from .images import check_image, describe, digest, open_image
+from .images import check_image, describe, digest, labels, open_image
 from .transforms import model_mode
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
@@ -251,25 +251,44 @@ def random_batch(config: dict[str, Any], seed: int) -> torch.Tensor:
 
 
 def records(
-    paths: list[Path], source: InputSpec, config: dict[str, Any], hashes: dict[str, str] | None = None
+    paths: list[Path],
+    source: InputSpec,
+    config: dict[str, Any],
+    known: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The manifest's ``inputs``: each path with its sha256 (from ``hashes``, taken as it was captured,
-    where given) and ``describe``, or the seeded random input."""
+    """The inputs' records: each path's as the decoding workers made it (``known``: by path, finished), else
+    read here; or the seeded random input."""
     if source.random:
         return [{"random": True, "seed": source.seed, "shape": [1, *config["input_size"]]}]
-    mode, key = model_mode(config), source.image_part
+    mode, key, known = model_mode(config), source.image_part, known or {}
+    finish = finisher(paths, source)
+
+    def record(path: Path) -> dict[str, Any]:
+        found = known.get(str(path), {})
+        if "mode" in found:
+            return found
+        # Not decoded by this run (a --resume of a run whose journal kept each input's sha256 alone).
+        return finish(
+            {
+                "path": str(path), "sha256": found.get("sha256") or digest(path, key),
+                **describe(path, mode, key), **labels(path, source.label_column),
+            }
+        )  # fmt: skip
+
+    return [record(p) for p in paths]
+
+
+def finisher(paths: list[Path], source: InputSpec) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """What a record the decoding worker made (``images.read``, ``images.labels``) is given before it is
+    kept: --sample's flag, the label of an input in a class folder."""
     sample = {"sample": True} if source.sample else {}
-    known = hashes or {}
     classes = classfolders.labels(paths, source.paths, IMAGE_SUFFIXES)
-    return [
-        {
-            "path": str(p), "sha256": known.get(str(p)) or digest(p, key), **describe(p, mode, key), **sample,
-            **(shards.label(p) if shards.is_member(p) else {}),
-            **(tables.label(p, source.label_column) if tables.is_row(p) else {}),
-            **({"label": classes[str(p)]} if str(p) in classes else {}),
-        }
-        for p in paths
-    ]  # fmt: skip
+
+    def finish(record: dict[str, Any]) -> dict[str, Any]:
+        label = classes.get(record["path"])
+        return {**record, **sample, **({} if label is None else {"label": label})}
+
+    return finish
 
 
 def frame_notes(records: list[dict[str, Any]]) -> list[str]:

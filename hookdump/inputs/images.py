@@ -84,31 +84,12 @@ def stamp(path: Path) -> tuple[int, int]:
     return stat.st_size, stat.st_mtime_ns
 
 
-@contextlib.contextmanager
-def _opened(path: Path, name: str, missing: str, image_key: str | None = None) -> Iterator[PILImage]:
-    """``Image.open`` with each way it fails as an InputError naming the file (``missing``: the fix when
-    it does not exist), or the sample of a tar shard (``SHARD::KEY``: its image member, ``image_key``'s).
-    An image over Pillow's pixel limit is refused, never decoded with a warning."""
-    from PIL import Image
-
+def _bytes(path: Path, name: str, missing: str, image_key: str | None) -> bytes | None:
+    """The encoded image of an input that is no file of its own (``SHARD::KEY``, ``FILE::ROW``), else None
+    once the file is found to be one that can be opened (``missing``: the fix when it does not exist)."""
     encoded = _encoded(path, image_key)
     if encoded is not None:
-        from PIL import UnidentifiedImageError
-
-        data = io.BytesIO(encoded)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", Image.DecompressionBombWarning)
-                image = Image.open(data)
-        except UnidentifiedImageError as exc:  # (its message names the in-memory file)
-            raise InputError(
-                f"{name} is not an image: its image bytes are no format Pillow reads.", _SKIP
-            ) from exc
-        except (OSError, SyntaxError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-            raise _unreadable(name, exc) from exc
-        with image:
-            yield image
-        return
+        return encoded
     if path.is_dir():
         raise InputError(
             f"{name} is a folder, not an image file.",
@@ -118,10 +99,32 @@ def _opened(path: Path, name: str, missing: str, image_key: str | None = None) -
         raise InputError(f"{name} does not exist.", missing)
     if path.stat().st_size == 0:
         raise InputError(f"{name} is empty (0 bytes): not an image.", _SKIP)
+    return None
+
+
+@contextlib.contextmanager
+def _opened(
+    path: Path, name: str, missing: str, image_key: str | None = None, data: bytes | None = None
+) -> Iterator[PILImage]:
+    """``Image.open`` with each way it fails as an InputError naming the file (``missing``: the fix when
+    it does not exist), or the sample of a tar shard (``SHARD::KEY``: its image member, ``image_key``'s);
+    ``data``: the input's bytes, already read. An image over Pillow's pixel limit is refused, never decoded
+    with a warning."""
+    from PIL import Image, UnidentifiedImageError
+
+    if data is None:
+        data = _bytes(path, name, missing, image_key)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(path)
+            image = Image.open(path if data is None else io.BytesIO(data))
+    except UnidentifiedImageError as exc:  # (read from bytes, its message names the in-memory file)
+        if tables.is_row(path) or shards.is_member(path):
+            raise InputError(
+                f"{name} is not an image: its image bytes are no format Pillow reads.", _SKIP
+            ) from exc
+        named = exc if data is None else UnidentifiedImageError(f"cannot identify image file {str(path)!r}")
+        raise _unreadable(name, named) from exc
     except (OSError, SyntaxError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise _unreadable(name, exc) from exc
     with image:
@@ -240,13 +243,12 @@ def _orientation(image: PILImage) -> int:
     return int(Image.Image.getexif(image).get(ExifTags.Base.Orientation, 1))
 
 
-def describe(path: Path, mode: str = "RGB", image_key: str | None = None) -> dict[str, Any]:
-    """What ``open_image(path, mode)`` does to the file, read from its header (nothing decoded)."""
-    with _opened(path, f"`{path}`", "Pass an existing image file.", image_key) as image:
-        record: dict[str, Any] = {"mode": image.mode, "size": list(image.size)}
-        plan, turn = _plan(image, mode), _orientation(image)
-        if getattr(image, "is_animated", False):  # GIF, APNG, WebP animations; multi-page TIFF
-            record |= {"frames": int(getattr(image, "n_frames", 1)), "frame_used": 0}
+def _record(image: PILImage, mode: str) -> dict[str, Any]:
+    """What ``open_image(path, mode)`` does to an opened image, read from its header (nothing decoded)."""
+    record: dict[str, Any] = {"mode": image.mode, "size": list(image.size)}
+    plan, turn = _plan(image, mode), _orientation(image)
+    if getattr(image, "is_animated", False):  # GIF, APNG, WebP animations; multi-page TIFF
+        record |= {"frames": int(getattr(image, "n_frames", 1)), "frame_used": 0}
     if plan.text:
         record["conversion"] = plan.text
     if turn in _ORIENTATIONS:
@@ -254,14 +256,52 @@ def describe(path: Path, mode: str = "RGB", image_key: str | None = None) -> dic
     return record
 
 
-def open_image(path: Path, mode: str = "RGB", option: str = "", image_key: str | None = None) -> PILImage:
-    """The image decoded, turned upright as its EXIF says, converted to ``mode`` as ``_plan`` decides."""
+def describe(path: Path, mode: str = "RGB", image_key: str | None = None) -> dict[str, Any]:
+    """What ``open_image(path, mode)`` does to the file, read from its header (nothing decoded)."""
+    with _opened(path, f"`{path}`", "Pass an existing image file.", image_key) as image:
+        return _record(image, mode)
+
+
+def _decoded(image: PILImage, mode: str, name: str) -> PILImage:
+    """The opened image decoded, turned upright as its EXIF says, converted to ``mode`` as ``_plan`` says."""
     from PIL import ImageOps
 
+    try:
+        plan = _plan(image, mode)
+        return _apply(ImageOps.exif_transpose(image), plan, mode, name)
+    except OSError as exc:  # a truncated or corrupt file, found while decoding
+        raise _unreadable(name, exc) from exc
+
+
+def open_image(path: Path, mode: str = "RGB", option: str = "", image_key: str | None = None) -> PILImage:
+    """The image decoded, turned upright as its EXIF says, converted to ``mode`` as ``_plan`` decides."""
     name = f"{option} `{path}`".strip()
     with _opened(path, name, "Pass an existing image file.", image_key) as image:
+        return _decoded(image, mode, name)
+
+
+def read(path: Path, mode: str = "RGB", image_key: str | None = None) -> tuple[PILImage, dict[str, Any]]:
+    """``open_image`` and the input's record, from its bytes read once: ``path``, the ``sha256`` of those
+    bytes (``digest``'s) and what ``describe`` says."""
+    name, missing = f"`{path}`", "Pass an existing image file."
+    data = _bytes(path, name, missing, image_key)
+    if data is None:
         try:
-            plan = _plan(image, mode)
-            return _apply(ImageOps.exif_transpose(image), plan, mode, name)
-        except OSError as exc:  # a truncated or corrupt file, found while decoding
+            with open(path, "rb") as file:
+                data = file.read()
+        except OSError as exc:
             raise _unreadable(name, exc) from exc
+    with _opened(path, name, missing, image_key, data) as image:
+        record = {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(), **_record(image, mode)}
+        return _decoded(image, mode, name), record
+
+
+def labels(path: Path, label_column: str | None) -> dict[str, Any]:
+    """An input's ``label`` (and a tar sample's ``metadata``) as the inputs' records keep them: a sample's
+    ``.cls`` / ``.txt`` / ``.json``, a table row's ``label_column``; {} for a file (a class folder's label is
+    its folder's name: ``classfolders``)."""
+    if shards.is_member(path):
+        return shards.label(path)
+    if tables.is_row(path):
+        return tables.label(path, label_column)
+    return {}

@@ -16,17 +16,19 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..errors import InputError
 from . import sizes
-from .images import open_image
+from .images import labels, read
 from .transforms import eval_transform, model_mode
 
 
 @dataclass
 class Batch:
-    """One forward pass's input: the images' rows, their paths, and what --skip-bad left out of it."""
+    """One forward pass's input: the images' rows, their paths, and what --skip-bad left out of it;
+    ``records``: each image's record as the decoding worker read it (``images.read``, with its labels)."""
 
     paths: list[Path]
     tensor: torch.Tensor | None
     failed: list[dict[str, str]] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
 
 
 def default_workers(images: int, batch_size: int) -> int:
@@ -36,8 +38,12 @@ def default_workers(images: int, batch_size: int) -> int:
     return max(1, min(8, (os.cpu_count() or 1) - 1))
 
 
-class _Images(Dataset[tuple[int, torch.Tensor | None, str, str]]):
-    """Decodes one image; a failure is returned as data (path, reason), never raised inside a worker."""
+_Item = tuple[int, torch.Tensor | None, dict[str, Any], str, str]  # index, pixels, record, failure, its fix
+
+
+class _Images(Dataset[_Item]):
+    """Decodes one image and records it (its sha256 and header from the bytes read for it, its labels); a
+    failure is returned as data (path, reason), never raised inside a worker."""
 
     def __init__(self, paths: list[Path], config: dict[str, Any]) -> None:
         self.paths = paths
@@ -47,32 +53,37 @@ class _Images(Dataset[tuple[int, torch.Tensor | None, str, str]]):
     def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, i: int) -> tuple[int, torch.Tensor | None, str, str]:
+    def __getitem__(self, i: int) -> _Item:
         if self.transform is None:
             self.transform = eval_transform(self.config)
+        path = self.paths[i]
         try:
-            image = open_image(self.paths[i], model_mode(self.config), image_key=self.config.get("image_key"))
-            return i, self.transform(image), "", ""
+            image, record = read(path, model_mode(self.config), self.config.get("image_key"))
+            record |= labels(path, self.config.get("label_column"))
+            return i, self.transform(image), record, "", ""
         except InputError as exc:
-            return i, None, exc.message, exc.hint or ""
+            return i, None, {}, exc.message, exc.hint or ""
 
 
 _Collated = tuple[
-    list[int], torch.Tensor | None, list[tuple[int, str, str]], list[tuple[int, tuple[int, ...]]]
+    list[int],
+    torch.Tensor | None,
+    list[dict[str, Any]],
+    list[tuple[int, str, str]],
+    list[tuple[int, tuple[int, ...]]],
 ]
 
 
-def _collate(
-    items: list[tuple[int, torch.Tensor | None, str, str]], size: tuple[int, ...] | None
-) -> _Collated:
-    """Stack the decoded images (in the worker); keep the failures as (index, reason, hint). When one has
-    another size than ``size`` (a caller's transform that fixes none), nothing is stacked: each image's
-    (index, size) comes back instead (None: one image a batch, any size)."""
-    good = [(i, t) for i, t, _, _ in items if t is not None]
-    odd = size is not None and any(tuple(t.shape) != size for _, t in good)
-    stacked = torch.stack([t for _, t in good]) if good and not odd else None
-    shapes = [(i, tuple(t.shape)) for i, t in good] if odd else []
-    return [i for i, _ in good], stacked, [(i, m, h) for i, t, m, h in items if t is None], shapes
+def _collate(items: list[_Item], size: tuple[int, ...] | None) -> _Collated:
+    """Stack the decoded images (in the worker), with their records; keep the failures as (index, reason,
+    hint). When one has another size than ``size`` (a caller's transform that fixes none), nothing is
+    stacked: each image's (index, size) comes back instead (None: one image a batch, any size)."""
+    good = [(i, t, r) for i, t, r, _, _ in items if t is not None]
+    odd = size is not None and any(tuple(t.shape) != size for _, t, _ in good)
+    stacked = torch.stack([t for _, t, _ in good]) if good and not odd else None
+    shapes = [(i, tuple(t.shape)) for i, t, _ in good] if odd else []
+    failed = [(i, m, h) for i, t, _, m, h in items if t is None]
+    return [i for i, _, _ in good], stacked, [r for _, _, r in good], failed, shapes
 
 
 def batches(
@@ -102,14 +113,14 @@ def batches(
     )
     iterator = iter(loader)
     try:
-        for kept, stacked, failures, odd in iterator:
+        for kept, stacked, records, failures, odd in iterator:
             if odd:
                 raise sizes.unstackable(paths, size, odd, batch_size)
             if failures and not skip_bad:
                 _, message, hint = failures[0]
                 raise InputError(message, hint or None)
             failed = [{"path": str(paths[i]), "reason": message} for i, message, _ in failures]
-            yield Batch([paths[i] for i in kept], stacked, failed)
+            yield Batch([paths[i] for i in kept], stacked, failed, records)
     finally:
         _stop_workers(iterator)
 

@@ -130,6 +130,9 @@ def model_mode(config: dict[str, Any]) -> str:
     return "L" if config["input_size"][0] == 1 else "RGB"
 
 
+_READING = ("image_key", "label_column")  # config keys of how inputs are read, not transformed
+
+
 def eval_transform(config: dict[str, Any]) -> Callable[[Any], torch.Tensor]:
     """The model's own eval transform (resize, center crop, normalize): the caller's (``callable``),
     torchvision's (a ``resize``, as its weights' ``transforms()`` do it), else timm's."""
@@ -139,7 +142,7 @@ def eval_transform(config: dict[str, Any]) -> Callable[[Any], torch.Tensor]:
         return ResizeCrop(config)
     from timm.data import create_transform
 
-    timm_config = {k: v for k, v in config.items() if k != "image_key"}  # (which member of a tar sample)
+    timm_config = {k: v for k, v in config.items() if k not in _READING}
     return create_transform(**timm_config, is_training=False)  # type: ignore[no-any-return]
 
 

@@ -10,6 +10,7 @@ takes both (:func:`records`)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +23,24 @@ TABLE = "inputs.parquet"
 _OWN = ("path", "sha256", "mode", "size", "label")  # the record's keys that have columns of their own
 
 
-def kept_in_manifest(records: list[dict[str, Any]]) -> str | None:
-    """Why these records stay in the manifest (a note), or None when the table takes them: pyarrow missing,
-    or a path that is no text (a file name of bytes that are not UTF-8 cannot be a Parquet string)."""
+ROW_GROUP = 65536  # rows a row group of the table holds
+
+
+def kept_in_manifest(paths: Iterable[Path | str]) -> str | None:
+    """Why the records of inputs at ``paths`` stay in the manifest (a note), or None when the table takes
+    them: pyarrow missing, or a path that is no text (a file name of bytes that are not UTF-8 cannot be a
+    Parquet string)."""
     try:
         import pyarrow.parquet  # noqa: F401
     except ImportError:
         return "the inputs' records are in the manifest: pyarrow (the data extra) would write inputs.parquet"
-    for record in records:
+    for path in paths:
         try:
-            str(record.get("path", "")).encode("utf-8")
+            str(path).encode("utf-8")
         except UnicodeEncodeError:
             return (
                 "the inputs' records are in the manifest, not inputs.parquet:"
-                f" `{record['path']!r}` is a file name that is not UTF-8 text"
+                f" `{str(path)!r}` is a file name that is not UTF-8 text"
             )
     return None
 
@@ -45,22 +50,113 @@ def _pyarrow() -> tuple[Any, Any]:
     return pa, extras.need("pyarrow.parquet", "Captures with an inputs.parquet table", "data", "pyarrow")
 
 
+class Rows:
+    """The table at ``path``, written as records come (a capture's batches as they land): a row group as
+    soon as there are ``ROW_GROUP`` rows waiting, the rest and the footer at ``close``. Nothing before
+    ``close`` can be read back (no footer): an interrupted capture's table is written again from its
+    journal. The ``label`` column holds integers when the first row group's labels are all integers (or
+    none), else text; a text label after that writes the table again, labels as text, from ``replay``
+    (every record added so far, in order: the capture's journal, which is ahead of the table)."""
+
+    def __init__(self, path: Path, replay: Callable[[], Iterable[dict[str, Any]]]) -> None:
+        self.path, self.replay = path, replay
+        self.written = 0  # rows in the row groups written
+        self.waiting: list[dict[str, Any]] = []
+        self.text: bool | None = None  # the label column's type: text, or integers; None until known
+        self._file: Any = None  # the open file and its pyarrow ParquetWriter
+        self._writer: Any = None
+
+    @property
+    def rows(self) -> int:
+        """Records added."""
+        return self.written + len(self.waiting)
+
+    def add(self, records: Iterable[dict[str, Any]]) -> None:
+        """Add records (in order); a row group is written when ``ROW_GROUP`` rows wait."""
+        self.waiting.extend(records)
+        while len(self.waiting) >= ROW_GROUP:
+            group, self.waiting = self.waiting[:ROW_GROUP], self.waiting[ROW_GROUP:]
+            if not self._write(group):
+                self._again()
+                return
+
+    def close(self) -> dict[str, Any]:
+        """Write what waits and the footer; what the manifest keeps of the table."""
+        if (self.waiting or self._writer is None) and not self._write(self.waiting):
+            self._again()
+            if self.waiting or self._writer is None:
+                self._write(self.waiting)
+        self.waiting = []
+        self.discard()
+        return {"count": self.written, "table": TABLE, "sha256": sha256(self.path)}
+
+    def discard(self) -> None:
+        """Close the file as it is (a capture that stops: its journal, not this, is what --resume reads)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._file.close()
+        self._writer = self._file = None
+
+    def _write(self, group: list[dict[str, Any]]) -> bool:
+        """Write ``group`` as a row group; False when its labels are text and the column holds integers."""
+        text = not _whole(group)
+        if self._writer is None:
+            pa, pq = _pyarrow()
+            self.text = bool(self.text or text)
+            # Python's own open (a folder name of any bytes); closed by ``discard``.
+            self._file = open(self.path, "wb")  # noqa: SIM115
+            self._writer = pq.ParquetWriter(self._file, _schema(pa, self.text))
+        elif text and not self.text:
+            return False
+        self._writer.write_table(_as_table(group, self.written, bool(self.text)), row_group_size=ROW_GROUP)
+        self._file.flush()  # the row group on disk, not in memory
+        self.written += len(group)
+        return True
+
+    def _again(self) -> None:
+        """Start the table again with text labels, from every record added so far."""
+        self.discard()
+        self.text, self.written, self.waiting = True, 0, []
+        self.add(self.replay())
+
+
 def write(path: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
     """The records as the table at ``path``; what the manifest keeps of it."""
-    _, pq = _pyarrow()
-    with open(path, "wb") as file:  # (Python's own open: a folder name of any bytes)
-        pq.write_table(_as_table(records), file, row_group_size=65536)
-    return {"count": len(records), "table": TABLE, "sha256": sha256(path)}
+    rows = Rows(path, lambda: records)
+    rows.add(records)
+    return rows.close()
 
 
 def table(folder: Path, listed: Any) -> Any:
     """A manifest's inputs as the table (a pyarrow Table: ``.to_pandas()``), read from ``folder``'s
     ``inputs.parquet``, or made from the manifest's records (a capture from before the table)."""
-    return read(folder, listed) if is_table(listed) else _as_table(list(listed or []))
+    return (
+        read(folder, listed)
+        if is_table(listed)
+        else _as_table(list(listed or []), 0, not _whole(listed or []))
+    )
 
 
-def _as_table(records: list[dict[str, Any]]) -> Any:
-    """The records as the table's columns."""
+def _whole(records: list[dict[str, Any]]) -> bool:
+    """Whether the records' labels are all integers (or absent)."""
+    return all(
+        isinstance(v, int) and not isinstance(v, bool) for r in records if (v := r.get("label")) is not None
+    )
+
+
+def _schema(pa: Any, text: bool) -> Any:
+    """The table's columns and their types."""
+    return pa.schema(
+        [
+            ("row", pa.int64()), ("source", pa.string()), ("key", pa.string()),
+            ("label", pa.string() if text else pa.int64()), ("sha256", pa.string()), ("width", pa.int64()),
+            ("height", pa.int64()), ("mode", pa.string()), ("record", pa.string()),
+        ]
+    )  # fmt: skip
+
+
+def _as_table(records: list[dict[str, Any]], start: int, text: bool) -> Any:
+    """The records as the table's columns, numbered from row ``start``; labels as text or integers."""
     pa, _ = _pyarrow()
     sources, keys = [], []
     for record in records:
@@ -68,20 +164,17 @@ def _as_table(records: list[dict[str, Any]]) -> Any:
         sources.append(source)
         keys.append(key)
     labels = [r.get("label") for r in records]
-    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in labels if v is not None)
-    columns = {
-        "row": pa.array(range(len(records)), pa.int64()),
-        "source": pa.array(sources, pa.string()),
-        "key": pa.array(keys, pa.string()),
-        "label": pa.array(labels if whole else [None if v is None else str(v) for v in labels],
-                          pa.int64() if whole else pa.string()),
-        "sha256": pa.array([r.get("sha256") for r in records], pa.string()),
-        "width": pa.array([(r.get("size") or [None, None])[0] for r in records], pa.int64()),
-        "height": pa.array([(r.get("size") or [None, None])[1] for r in records], pa.int64()),
-        "mode": pa.array([r.get("mode") for r in records], pa.string()),
-        "record": pa.array([json.dumps({k: v for k, v in r.items() if k not in _OWN}) for r in records]),
-    }  # fmt: skip
-    return pa.table(columns)
+    columns = [
+        range(start, start + len(records)), sources, keys,
+        [None if v is None else str(v) for v in labels] if text else labels,
+        [r.get("sha256") for r in records],
+        [(r.get("size") or [None, None])[0] for r in records],
+        [(r.get("size") or [None, None])[1] for r in records],
+        [r.get("mode") for r in records],
+        [json.dumps({k: v for k, v in r.items() if k not in _OWN}) for r in records],
+    ]  # fmt: skip
+    schema = _schema(pa, text)
+    return pa.table([pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)
 
 
 def is_table(listed: Any) -> bool:

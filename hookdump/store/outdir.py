@@ -23,7 +23,7 @@ PROGRESS = "progress.json"  # after each batch: counts, streams, recorder state
 RUN = "run.json"  # once: the options and the inputs, for --resume to compare
 CLASSES = "classes.txt"  # with --grad: each batch's classes, a line each
 JOURNAL = "commit.json"  # the final moves, decided (``commit``): what a rerun finishes
-HASHES = "inputs.jsonl"  # each batch's inputs as [path, sha256] pairs, a line each: what --resume re-checks
+INPUTS = "inputs.jsonl"  # each batch's inputs' records (path, sha256...), a line each: --resume checks
 REPORT_PAGE, REPORT_FOLDER = "index.html", "report"  # ``hookdump report``: the page and its pictures
 
 
@@ -178,14 +178,20 @@ def check_same_run(progress: dict[str, Any], options: dict[str, Any], inputs: li
         )
 
 
-def read_hashes(out: Path, batches: int) -> list[list[Any]]:
-    """The inputs of the first ``batches`` batches, each a list of ``[path, sha256]`` as they were read."""
+def read_inputs(out: Path, batches: int | None = None) -> list[dict[str, Any]]:
+    """The records of the inputs of the first ``batches`` batches (None: all), as they were read (an earlier
+    hookdump kept ``[path, sha256]`` alone: those come back as such records)."""
     try:
-        lines = (out / SCRATCH / HASHES).read_text().splitlines()[:batches]
+        lines = (out / SCRATCH / INPUTS).read_text().splitlines()[:batches]
         rows = [json.loads(line) for line in lines]
     except (OSError, ValueError):  # a capture of hookdump 0.1, or none: nothing recorded to compare
         return []
-    return [[str(p), str(h)] for batch in rows if isinstance(batch, list) for p, h in batch]
+    return [
+        item if isinstance(item, dict) else {"path": str(item[0]), "sha256": str(item[1])}
+        for batch in rows
+        if isinstance(batch, list)
+        for item in batch
+    ]
 
 
 def check_inputs_unchanged(out: Path, progress: dict[str, Any]) -> None:
@@ -193,7 +199,8 @@ def check_inputs_unchanged(out: Path, progress: dict[str, Any]) -> None:
     so the finished files are all of today's inputs. Only those inputs are hashed again."""
     options = progress.get("options") or {}
     image_key = options.get("image_key") or options.get("image_column")  # the inputs' image member or column
-    for path, digest in read_hashes(out, int(progress.get("batches", 0))):
+    for record in read_inputs(out, int(progress.get("batches", 0))):
+        path, digest = record["path"], record["sha256"]
         try:
             now = input_digest(Path(path), image_key)
         except OSError as exc:

@@ -13,11 +13,10 @@ import torch
 
 from ..errors import Interrupted, UsageError, check_choice
 from ..failures import DISK_FULL, disk_full
-from ..inputs.images import digest
 from . import commit, inputtable, outdir, profile
 from .lock import OutputLock
 from .manifest import MANIFEST
-from .outdir import CLASSES, HASHES, PROGRESS, RUN, SCRATCH
+from .outdir import CLASSES, INPUTS, PROGRESS, RUN, SCRATCH
 from .reader import read_manifest
 from .records import Captured, Key, key_from_json
 from .saved import SavedTensor, dtype_name, saved_files
@@ -99,8 +98,8 @@ class Writer:
         self.committed = False  # the files and the manifest are in place
         self._keep_scratch = False
         self._synced = 0  # streams whose file names were made durable
-        self.hashes: dict[str, str] = {}  # each input's sha256 when its batch was written
-        self.image_key: str | None = None  # the inputs' --image-key (of tar shard samples)
+        self.inputs: dict[str, dict[str, Any]] = {}  # each input's record (its sha256...) as its batch landed
+        self.table: inputtable.Rows | None = None  # inputs.parquet, written as the batches land
         self.commit_notes: list[str] = []  # what the commit says (the inputs' records kept in the manifest)
 
     def __enter__(self) -> Writer:
@@ -154,8 +153,8 @@ class Writer:
         batches = self.resumed["batches"]  # a batch written but not checkpointed is done again: its lines go
         kept = _keep_lines(self.scratch / CLASSES, batches)
         self.resumed["classes"] = [int(c) for line in kept for c in line.split()]
-        _keep_lines(self.scratch / HASHES, batches)
-        self.hashes = {path: digest for path, digest in outdir.read_hashes(self.out, batches)}
+        _keep_lines(self.scratch / INPUTS, batches)
+        self.inputs = {record["path"]: record for record in outdir.read_inputs(self.out, batches)}
         for state in self.resumed["streams"]:
             key = key_from_json(state["key"])
             self.streams[key] = NpyStream.reopen(self.scratch, key[0], state, self.direct)
@@ -164,9 +163,10 @@ class Writer:
             self.stats[key] = Accumulator.from_state(kept) if isinstance(kept, dict) else None
 
     def __exit__(self, *exc: object) -> None:
-        for stream in self.streams.values():
+        closers = [stream.close for stream in self.streams.values()]
+        for close in [*closers, *([self.table.discard] if self.table else [])]:
             with contextlib.suppress(OSError):  # a full disk must not keep the scratch folder from going
-                stream.close()
+                close()
         if not self._keep_scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
         self.lock.release()
@@ -189,20 +189,32 @@ class Writer:
             block = 4096
         return self.needed + max(len(self.streams), 1) * len(self.formats) * (HEADER_BYTES + block)
 
-    def start(self, run: dict[str, Any]) -> None:
-        """What stays the same for the whole run (options, the inputs), written once, for --resume."""
+    def start(self, run: dict[str, Any], inputs: list[Path] | None = None) -> None:
+        """What stays the same for the whole run (options, the inputs), written once, for --resume; the
+        inputs' table started (``inputs``: their paths; None, a random input: no table)."""
         if self.resumed is None:
             commit.write_json(self.scratch / RUN, run)
             commit.kill_at("started")
+        if inputs is None:
+            return
+        kept = inputtable.kept_in_manifest(inputs)
+        old = list(self.inputs.values())
+        if kept is not None:
+            self.commit_notes.append(kept)
+        elif all("mode" in record for record in old):  # (else a journal of sha256 alone: written at commit)
+            every = lambda: outdir.read_inputs(self.out)  # noqa: E731  (the journal, for the table)
+            self.table = inputtable.Rows(self.scratch / inputtable.TABLE, every)
+            self.table.add(old)  # an interrupted run's table has no footer: written again
 
-    def checkpoint(self, progress: dict[str, Any], classes: list[int], inputs: list[Path]) -> None:
-        """After a batch reached the files: record it (``progress``: counts, recorder state; the sha256 of
-        the batch's ``inputs``, and its classes with --grad, are appended to files of their own, so no
-        checkpoint grows with the dataset)."""
+    def checkpoint(self, progress: dict[str, Any], classes: list[int], inputs: list[dict[str, Any]]) -> None:
+        """After a batch reached the files: record it (``progress``: counts, recorder state; the records of
+        the batch's ``inputs`` (their sha256...), and its classes with --grad, are appended to files of their
+        own, so no checkpoint grows with the dataset; the records to the inputs' table too)."""
         start = profile.clock()
-        pairs = [(str(p), digest(p, self.image_key)) for p in inputs]
-        self.hashes.update(pairs)
-        _append_line(self.scratch / HASHES, json.dumps(pairs))
+        self.inputs.update((record["path"], record) for record in inputs)
+        _append_line(self.scratch / INPUTS, json.dumps(inputs))
+        if self.table is not None:
+            self.table.add(inputs)
         if classes:
             _append_line(self.scratch / CLASSES, " ".join(map(str, classes)))
         streams = []
@@ -279,13 +291,14 @@ class Writer:
         header = dict(header)
         records = header.get("inputs")
         if isinstance(records, list) and records and not any(r.get("random") for r in records):
-            kept = inputtable.kept_in_manifest(records)
+            paths = (r.get("path") for r in records)
+            kept = None if self.table is not None else inputtable.kept_in_manifest(paths)
             if kept is None:  # the inputs' records beside the tensors, the manifest keeps a count
-                header["inputs"] = inputtable.write(self.scratch / inputtable.TABLE, records)
+                header["inputs"] = self._table(records)
                 moves[inputtable.TABLE] = inputtable.TABLE
-            else:
-                header["notes"] = [*header.get("notes", []), kept]
+            elif kept not in self.commit_notes:
                 self.commit_notes.append(kept)
+        header["notes"] = [*header.get("notes", []), *self.commit_notes]
         self._keep_scratch = True  # from here on, every batch is kept whatever happens
         commit.check_free(self.out, list(moves.values()), self.command)
         with commit.signals_held() as came:  # a kill from here on leaves a state a rerun finishes
@@ -296,6 +309,16 @@ class Writer:
         if came:
             raise Interrupted(128 + came[0], f"the capture had finished: `{self.out}` holds it, complete.")
         return saved
+
+    def _table(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """The inputs' table, finished (the one written as the batches landed when it holds ``records``;
+        else written now, as ``merge`` does); what the manifest keeps of it."""
+        path = self.scratch / inputtable.TABLE
+        if self.table is not None and self.table.rows == len(records):
+            return self.table.close()
+        if self.table is not None:
+            self.table.discard()
+        return inputtable.write(path, records)
 
 
 def _append_line(path: Path, line: str) -> None:

@@ -1,0 +1,72 @@
+"""The inputs' table written as a capture's batches land (``inputtable.Rows``): a row group as soon as one
+is full, the rest at ``close``; labels that turn out to be text start the table again from the journal. Read
+back with pyarrow alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from hookdump.store import inputtable
+
+
+def record(i: int, label: Any = None) -> dict[str, Any]:
+    found = {"path": f"shard.tar::k{i}", "sha256": f"{i:064x}", "mode": "RGB", "size": [16 + i, 8]}
+    return found | ({} if label is None else {"label": label})
+
+
+@pytest.fixture
+def small_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inputtable, "ROW_GROUP", 3)
+
+
+@pytest.mark.usefixtures("small_groups")
+def test_row_groups_are_written_as_the_records_come(tmp_path: Path) -> None:
+    added = [record(i, i % 2) for i in range(7)]
+    rows = inputtable.Rows(tmp_path / "inputs.parquet", lambda: added)
+    rows.add(added[:2])
+    assert (rows.written, rows.rows) == (0, 2)  # a row group waits until it is full
+    rows.add(added[2:5])
+    assert (rows.written, rows.rows) == (3, 5)
+    size = (tmp_path / "inputs.parquet").stat().st_size
+    assert size > 0  # on disk already, before the footer
+    rows.add(added[5:])
+    kept = rows.close()
+    file = pq.ParquetFile(tmp_path / "inputs.parquet")
+    assert file.metadata.num_row_groups == 3
+    table = file.read().to_pylist()
+    assert [(r["row"], r["source"], r["key"], r["label"], r["width"]) for r in table] == [
+        (i, "shard.tar", f"k{i}", i % 2, 16 + i) for i in range(7)
+    ]
+    assert kept["count"] == 7 and kept["table"] == "inputs.parquet"
+
+
+@pytest.mark.usefixtures("small_groups")
+def test_a_text_label_after_integers_writes_the_table_again(tmp_path: Path) -> None:
+    journal: list[dict[str, Any]] = []
+    rows = inputtable.Rows(tmp_path / "inputs.parquet", lambda: list(journal))
+    for batch in (
+        [record(0, 5), record(1), record(2, 7)],
+        [record(3, 8)],
+        [record(4, "n0144"), record(5, 1)],
+    ):
+        journal += batch  # the capture's journal is ahead of the table
+        rows.add(batch)
+    rows.close()
+    table = pq.read_table(tmp_path / "inputs.parquet").to_pylist()
+    assert [r["label"] for r in table] == ["5", None, "7", "8", "n0144", "1"]
+    assert [r["row"] for r in table] == list(range(6))
+
+
+def test_a_text_label_in_the_last_rows_and_no_rows_at_all(tmp_path: Path) -> None:
+    records = [record(0, 1), record(1, "cat")]
+    rows = inputtable.Rows(tmp_path / "a.parquet", lambda: records)
+    rows.add(records)
+    rows.close()
+    assert [r["label"] for r in pq.read_table(tmp_path / "a.parquet").to_pylist()] == ["1", "cat"]
+    empty = inputtable.Rows(tmp_path / "b.parquet", list)
+    assert empty.close()["count"] == 0
+    assert pq.read_table(tmp_path / "b.parquet").num_rows == 0
