@@ -24,7 +24,7 @@ from .model.device import resolve_device
 from .model.sources import module as module_source
 from .model.spec import DEFAULT_MODEL, ModelSpec
 from .pictures.draw import capture_pictures
-from .store import commit, outdir, sinks
+from .store import commit, outdir, profile, sinks
 from .store.reader import finished_manifest
 
 T = TypeVar("T")
@@ -248,7 +248,9 @@ def plan(
     progress = outdir.read_progress(opts.out) if opts.resume and source is not None else None
     if progress is not None:  # the inputs it captures (a shard's); under torchrun each rank checks its own
         outdir.check_same_run(progress, record, [str(p) for p in paths])
+        start = profile.clock()
         outdir.check_inputs_unchanged(opts.out, progress)
+        profile.add("resume check", start)
     elif opts.resume and source is not None and outdir.nothing_written(opts.out):
         notes.append(outdir.starts_again(opts.out))  # killed before its first batch: the writer starts over
     if decode and source is not None:  # what the run decodes (this shard's): refused where it would be
@@ -307,6 +309,7 @@ def capture(
         on_batch: called after each batch reached the disk with (images done, images in all, bytes written).
     """
     started = time.perf_counter()
+    profile.reset()  # (a capture before this one in the process)
     if parallel.world()[1] > 1:
         parallel.check_no_shard(option_values.get("shard", options.shard if options else None))
     commit.clean_finished(Path(dataclasses.replace(options or CaptureOptions(), **option_values).out))

@@ -18,7 +18,7 @@ _started: dict[_Key, Future[str]] = {}
 
 def sha256(path: Path) -> str:
     """Hex sha256 of the file at ``path`` (a prefetched result if the file has not changed since)."""
-    future = _started.pop(key, None) if (key := _key(path)) else None
+    future = _started.pop(key, None) if _started and (key := _key(path)) else None  # (no stat when none is)
     if future is not None and future.exception() is None:
         return future.result()
     return _hash(path)  # also when the thread failed: the error is raised here, where callers expect it

@@ -14,9 +14,11 @@ them), written once as files and once as ``--shards`` tar shards in webdataset's
   worker its own shards), PIL decodes, timm's eval transform, the model under ``inference_mode`` with one
   forward hook that keeps ``layer4``'s mean, ``np.save`` at the end.
 
-Goal: ``tar / files`` <= 1.05 in wall time. ``--records N`` also times a capture of N tiny photos (16x16,
-a 3x16x16 input to ``test_resnet``) and prints the manifest's size: what the inputs' records cost while
-they are in the manifest (``inputs.parquet`` is the part of issue 38 still to come).
+Goal: ``tar / files`` <= 1.05 in wall time. ``--records N`` also captures N tiny photos (16x16, a 3x16x16
+input to ``test_resnet``), whole and killed halfway then resumed, and prints the manifest's and the
+table's sizes and what the inputs' records cost (their journal, ``inputs.parquet``, the resume check) as a
+share of the wall time; goal under 2%, with a manifest under 1 MB. ``--records 100000 --images 0`` times
+the records alone.
 
     .venv/bin/python scripts/bench_inputs.py [--images 512] [--shards 8] [--rounds 3] [--records 0]
 """
@@ -26,14 +28,16 @@ from __future__ import annotations
 import argparse
 import io
 import math
+import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tarfile
 import tempfile
 from pathlib import Path
 
-from bench_dataset import HOOKDUMP, photos, run  # scripts/ is on sys.path
+from bench_dataset import HOOKDUMP, PROFILES, photos, run  # scripts/ is on sys.path
 
 
 def worker(kind: str, args: list[str]) -> None:
@@ -104,6 +108,64 @@ def tiny(folder: Path, count: int) -> Path:
     return folder
 
 
+def tar_against_files(work: Path, args: argparse.Namespace) -> None:
+    """The photos as files, as tar shards, and the plain loop over the shards, round by round; medians."""
+    images = photos(work / "photos", args.images)
+    shards = make_shards(work / "shards", images, args.shards)
+    brace = str(work / "shards" / f"train-{{000..{args.shards - 1:03d}}}.tar")
+    common = ["-m", "resnet18", "-l", "layer4", "--reduce", "mean", "--batch-size", str(args.batch), "-q"]
+    cases = {
+        "files": [HOOKDUMP, "capture", *common, str(images), "-o", str(work / "out-files")],
+        "tar": [HOOKDUMP, "capture", *common, brace, "-o", str(work / "out-tar")],
+        "floor": me("floor", ",".join(map(str, shards)), work / "floor.npy", args.batch),
+    }
+    walls: dict[str, list[float]] = {name: [] for name in cases}
+    for r in range(args.rounds):
+        for name, cmd in cases.items():
+            for old in work.glob("out-*"):
+                shutil.rmtree(old)
+            walls[name].append(run(cmd)[0])
+            print(f"  round {r + 1}/{args.rounds} {name}: {walls[name][-1]:.1f}s", file=sys.stderr)
+    median = {name: statistics.median(w for w in v if not math.isnan(w)) for name, v in walls.items()}
+    print(f"{args.images} photos in {args.shards} shards, batch {args.batch}, {args.rounds} rounds:")
+    for name, seconds in median.items():
+        rate, ratio = args.images / seconds, seconds / median["files"]
+        print(f"  {name:6s} {seconds:7.2f} s  {rate:7.1f} images/s  {ratio:.2f}x files")
+    tar, files, floor = median["tar"], median["files"], median["floor"]
+    print(f"  tar / files = {tar / files:.3f} (goal <= 1.05); tar / floor = {tar / floor:.2f}")
+
+
+def records_cost(work: Path, count: int, rounds: int) -> None:
+    """The inputs' records' cost at ``count`` tiny inputs: a whole capture, and one killed halfway then
+    resumed (``--resume`` hashes the inputs already captured again), ``rounds`` times each; medians of
+    what ``HOOKDUMP_PROFILE`` says (``records``, ``resume check``) over the process's wall time."""
+    folder = tiny(work / "tiny", count)
+    out = work / "out-tiny"
+    case = [HOOKDUMP, "capture", "-m", "test_resnet", "--input-size", "3,16,16", "-l", "layer1", "--reduce",
+            "mean", "--batch-size", "256", str(folder), "-o", str(out), "-q"]  # fmt: skip
+    half = {**os.environ, "HOOKDUMP_TEST_KILL_AT": f"checkpoint-{math.ceil(count / 256) // 2}"}
+    for r in range(rounds):
+        shutil.rmtree(out, ignore_errors=True)
+        run(case, "whole")
+        sizes = (out / "manifest.json").stat().st_size, (out / "inputs.parquet").stat().st_size
+        shutil.rmtree(out)
+        subprocess.run(case, env=half, capture_output=True)  # SIGKILLed after half the batches
+        run([*case, "--resume"], "resumed")
+        print(
+            f"  round {r + 1}/{rounds} records: {PROFILES['resumed'][-1]['wall']:.1f}s resumed",
+            file=sys.stderr,
+        )
+    print(f"{count} tiny inputs (16x16 PNG, test_resnet, batch 256), {rounds} rounds, medians:")
+    print(f"  manifest.json {sizes[0]:,} bytes, inputs.parquet {sizes[1] / 1e6:.1f} MB")
+    for case_name, parts in (("whole", ("records",)), ("resumed", ("records", "resume check"))):
+        found = PROFILES[case_name]
+        wall = statistics.median(p["wall"] for p in found)
+        spent = {part: statistics.median(p.get(part, 0.0) for p in found) for part in parts}
+        share = statistics.median(sum(p.get(part, 0.0) for part in parts) / p["wall"] for p in found)
+        said = ", ".join(f"{part} {seconds:.2f} s" for part, seconds in spent.items())
+        print(f"  {case_name:8s} {wall:6.1f} s wall; {said}: {100 * share:.2f}% of the wall time (goal < 2%)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=512)
@@ -118,42 +180,10 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="hookdump-bench-inputs-") as tmp:
         work = Path(tmp)
-        images = photos(work / "photos", args.images)
-        shards = make_shards(work / "shards", images, args.shards)
-        brace = str(work / "shards" / f"train-{{000..{args.shards - 1:03d}}}.tar")
-        common = ["-m", "resnet18", "-l", "layer4", "--reduce", "mean", "--batch-size", str(args.batch), "-q"]
-        cases = {
-            "files": [HOOKDUMP, "capture", *common, str(images), "-o", str(work / "out-files")],
-            "tar": [HOOKDUMP, "capture", *common, brace, "-o", str(work / "out-tar")],
-            "floor": me("floor", ",".join(map(str, shards)), work / "floor.npy", args.batch),
-        }
-        walls: dict[str, list[float]] = {name: [] for name in cases}
-        for r in range(args.rounds):
-            for name, cmd in cases.items():
-                for old in work.glob("out-*"):
-                    shutil.rmtree(old)
-                walls[name].append(run(cmd)[0])
-                print(f"  round {r + 1}/{args.rounds} {name}: {walls[name][-1]:.1f}s", file=sys.stderr)
-        median = {name: statistics.median(w for w in v if not math.isnan(w)) for name, v in walls.items()}
-        print(f"{args.images} photos in {args.shards} shards, batch {args.batch}, {args.rounds} rounds:")
-        for name, seconds in median.items():
-            rate, ratio = args.images / seconds, seconds / median["files"]
-            print(f"  {name:6s} {seconds:7.2f} s  {rate:7.1f} images/s  {ratio:.2f}x files")
-        tar, files, floor = median["tar"], median["files"], median["floor"]
-        print(f"  tar / files = {tar / files:.3f} (goal <= 1.05); tar / floor = {tar / floor:.2f}")
+        if args.images:
+            tar_against_files(work, args)
         if args.records:
-            folder = tiny(work / "tiny", args.records)
-            out = work / "out-tiny"
-            tiny_case = [HOOKDUMP, "capture", "-m", "test_resnet", "--input-size", "3,16,16", "-l", "layer1",
-                         "--reduce", "mean", "--batch-size", "256", str(folder), "-o", str(out),
-                         "-q"]  # fmt: skip
-            wall = run(tiny_case)[0]
-            size = (out / "manifest.json").stat().st_size
-            each = size / args.records
-            print(
-                f"  {args.records} tiny photos: {wall:.1f} s, manifest.json {size / 1e6:.2f} MB"
-                f" ({each:.0f} B an input)"
-            )
+            records_cost(work, args.records, args.rounds)
 
 
 if __name__ == "__main__":

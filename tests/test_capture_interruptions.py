@@ -37,8 +37,10 @@ def _start(*args: object) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def _wait_until(done, what: str, proc: subprocess.Popen[str] | None = None) -> None:
-    deadline = time.monotonic() + DEADLINE
+def _wait_until(
+    done, what: str, proc: subprocess.Popen[str] | None = None, seconds: float = DEADLINE
+) -> None:
+    deadline = time.monotonic() + seconds
     while not done():
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"exited ({proc.returncode}) before {what}: {proc.communicate()[1][-2000:]}")
@@ -97,6 +99,41 @@ def test_kill_9_then_resume_at_once_with_decoding_workers(tmp_path: Path, whole:
     _same_capture(reference, out)
     _wait_until(lambda: not any(_alive(w) for w in workers), "orphaned workers exited")
     run.communicate(timeout=60)
+
+
+def test_a_worker_blocked_on_a_full_pipe_exits_with_its_killed_parent(tmp_path: Path) -> None:
+    """Batches of 256 records fill the pipe to the main process; when it is SIGKILLed, the worker waits to
+    hand over a batch nobody will read, where torch's own watch of the parent never runs. It exits anyway."""
+    import numpy as np
+    from PIL import Image
+
+    (tmp_path / "tiny").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(1800):
+        Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(
+            tmp_path / "tiny" / f"{i}.png"
+        )
+    args = ("capture", "-m", "test_resnet", "--input-size", "3,16,16", "-l", "layer1", "--reduce", "mean")
+    run = subprocess.Popen(
+        [EXE, *args, "--batch-size", "256", "--workers", "1", tmp_path / "tiny", "-o", tmp_path / "out"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env={**os.environ, "HOOKDUMP_TEST_KILL_AT": "checkpoint-1"},
+    )  # fmt: skip
+    assert run.wait(timeout=DEADLINE) == -signal.SIGKILL
+    _wait_until(lambda: not _in_session(run.pid), "the orphaned worker exited", seconds=60)
+
+
+def _in_session(session: int) -> list[int]:
+    """The live processes of a session (``start_new_session``: the first one's pid)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().split(") ")[-1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session and fields[0] not in "ZX":
+            found.append(int(stat.parent.name))
+    return found
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])

@@ -97,7 +97,6 @@ def run(
             return Interrupted(code, _interrupted_text(opts.out, writer.images_done, total, writer, advice))
 
         batches = _batches(found, state.batches)
-        profile.reset()
         loop = profile.add("setup", started)
         try:
             with watch.blaming_sizes(name.requested):
@@ -111,7 +110,7 @@ def run(
         finally:
             behind.close(errors=False)
             batches.close()  # decoding workers exit now, not when the interpreter does
-        if found.paths and {str(p) for p in found.paths} <= state.skipped_paths:
+        if found.paths and state.skipped and {str(p) for p in found.paths} <= state.skipped_paths:
             raise files.none_readable(state.skipped)  # every image failed to decode (--skip-bad)
         results = recorder.entries()
         modules = dict(net.named_modules())
@@ -131,10 +130,12 @@ def run(
             notes.append(skipped_note(state.skipped))
         notes += filter(None, [watch.note()])
         notes += writer.nonfinite_notes(results)  # NaN / Inf in a saved tensor, naming it
-        records = input_records(
-            [p for p in found.paths if str(p) not in state.skipped_paths], source, found.config, writer.inputs
-        )
+        start = profile.clock()
+        skipped = state.skipped_paths
+        kept = [p for p in found.paths if str(p) not in skipped] if skipped else found.paths
+        records = input_records(kept, source, found.config, writer.inputs)
         notes += frame_notes(records) + classfolders.note(records)
+        profile.add("records", start)
         extra = {**_run_record(recorder, run, opts, state.classes), "skipped": state.skipped, "notes": notes}
         extra["compile"] = compiled.record() if compiled is not None else None
         if found.shard is not None:

@@ -4,6 +4,7 @@ holds no image of its own, only subfolders of them, names each image's label: it
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 from ..units import first_few
@@ -29,10 +30,17 @@ def labels(paths: list[Path], given: tuple[str, ...], suffixes: set[str]) -> dic
 
 @functools.lru_cache(maxsize=64)
 def _is_class_folder(folder: str, suffixes: frozenset[str]) -> bool:
-    """No image directly in ``folder`` (hidden names aside), at least one subfolder."""
-    entries = [p for p in Path(folder).iterdir() if not p.name.startswith(".")]
-    own = any(p.is_file() and p.suffix.lower() in suffixes for p in entries)
-    return not own and any(p.is_dir() for p in entries)
+    """No image directly in ``folder`` (hidden names aside), at least one subfolder; read only until the
+    first image (a folder of a million photos is not listed again)."""
+    subfolder = False
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_file() and Path(entry.name).suffix.lower() in suffixes:
+                return False
+            subfolder = subfolder or entry.is_dir()
+    return subfolder
 
 
 def note(records: list[dict[str, object]]) -> list[str]:

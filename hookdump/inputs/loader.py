@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,7 +111,7 @@ def batches(
         num_workers=workers,
         collate_fn=functools.partial(_collate, size=size if batch_size > 1 else None),
         pin_memory=pin_memory,
-        worker_init_fn=_leave_signals_to_the_main_process if workers else None,
+        worker_init_fn=_in_each_worker if workers else None,
     )
     iterator = iter(loader)
     try:
@@ -125,13 +127,22 @@ def batches(
         _stop_workers(iterator)
 
 
-def _leave_signals_to_the_main_process(worker_id: int) -> None:
+def _in_each_worker(worker_id: int) -> None:
     """In each decoding worker: Ctrl-C and SIGTERM sent to the whole process group (a terminal, Slurm,
     systemd, torchrun) are the main process's to handle. A worker they killed would fail the run as
     "DataLoader worker killed by signal" before the main process could keep its progress; it stops the
-    workers itself (and they exit on their own if it dies: they watch their parent)."""
+    workers itself. If the main process dies (SIGKILL, the OOM killer), the worker exits too: torch's own
+    watch of the parent never runs while the worker waits to hand over a batch that nobody will read."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    threading.Thread(target=_exit_with, args=(os.getppid(),), name="hookdump-parent", daemon=True).start()
+
+
+def _exit_with(parent: int) -> None:
+    """Exit this process as soon as ``parent`` is no longer its parent (it died)."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
 
 
 def _stop_workers(iterator: Iterator[Any]) -> None:

@@ -155,23 +155,28 @@ def _schema(pa: Any, text: bool) -> Any:
     )  # fmt: skip
 
 
+def _more(record: dict[str, Any]) -> dict[str, Any]:
+    """What a record says besides the table's own columns (the ``record`` column, as JSON)."""
+    return {k: v for k, v in record.items() if k not in _OWN}
+
+
 def _as_table(records: list[dict[str, Any]], start: int, text: bool) -> Any:
     """The records as the table's columns, numbered from row ``start``; labels as text or integers."""
     pa, _ = _pyarrow()
-    sources, keys = [], []
-    for record in records:
-        source, _, key = str(record.get("path", "")).partition(SEPARATOR)
-        sources.append(source)
-        keys.append(key)
+    paths = [str(r.get("path", "")) for r in records]
+    if any(SEPARATOR in path for path in paths):
+        parted = [path.partition(SEPARATOR) for path in paths]
+        sources, keys = [source for source, _, _ in parted], [key for _, _, key in parted]
+    else:  # files: no key
+        sources, keys = paths, [""] * len(paths)
+    sizes = [r.get("size") or (None, None) for r in records]
     labels = [r.get("label") for r in records]
     columns = [
         range(start, start + len(records)), sources, keys,
         [None if v is None else str(v) for v in labels] if text else labels,
-        [r.get("sha256") for r in records],
-        [(r.get("size") or [None, None])[0] for r in records],
-        [(r.get("size") or [None, None])[1] for r in records],
+        [r.get("sha256") for r in records], [w for w, _ in sizes], [h for _, h in sizes],
         [r.get("mode") for r in records],
-        [json.dumps({k: v for k, v in r.items() if k not in _OWN}) for r in records],
+        [json.dumps(more) if (more := _more(r)) else "{}" for r in records],
     ]  # fmt: skip
     schema = _schema(pa, text)
     return pa.table([pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema)

@@ -2,14 +2,17 @@
 microseconds a batch), written as JSON to the file ``HOOKDUMP_PROFILE`` names when the run ends; nothing is
 written without it. ``scripts/bench_dataset.py`` prints them as the breakdown of hookdump's rows.
 
-On the main thread: ``setup`` (plan, model load, before the first batch), ``decode`` (waiting for the next
-batch from the decoding workers), ``forward`` (the model's own work: its calls less the time in hookdump's
-hooks), ``hooks`` (of which ``copy`` and ``reduce``), ``writer wait`` (waiting for the writer thread to
-take a batch), ``between batches`` (the rest of the loop: Python between the batches), ``writer drain``
-(after the last batch, until the writer is done) and ``commit`` (the files moved, the manifest). On the
-writer thread, overlapping the forward: ``stats``, ``write`` (the streams' appends), ``checkpoint``
-(fsyncs, input hashes, progress.json) and ``on_batch`` (the caller's: the progress line, and the console
-script's ``malloc_trim``). ``run`` is the whole of ``capture.run``; ``before run`` the process's life before
+On the main thread: ``setup`` (plan, model load, before the first batch; of which ``resume check``, the
+inputs already captured hashed again), ``decode`` (waiting for the next batch from the decoding workers),
+``forward`` (the model's own work: its calls less the time in hookdump's hooks), ``hooks`` (of which
+``copy`` and ``reduce``), ``writer wait`` (waiting for the writer thread to take a batch), ``between
+batches`` (the rest of the loop: Python between the batches), ``writer drain`` (after the last batch, until
+the writer is done) and ``commit`` (the files moved, the manifest). On the writer thread, overlapping the
+forward: ``stats``, ``write`` (the streams' appends), ``checkpoint`` (fsyncs, progress.json) and
+``on_batch`` (the caller's: the progress line, and the console script's ``malloc_trim``). ``records`` is
+the inputs' records' own cost, wherever it falls: journaled and added to ``inputs.parquet`` at each
+checkpoint (part of ``checkpoint``), gathered after the last batch, the table finished (part of
+``commit``). ``run`` is the whole of ``capture.run``; ``before run`` the process's life before
 it (interpreter start, imports, parsing; Linux only, to 10 ms)."""
 
 from __future__ import annotations

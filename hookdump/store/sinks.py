@@ -215,6 +215,7 @@ class Writer:
         _append_line(self.scratch / INPUTS, json.dumps(inputs))
         if self.table is not None:
             self.table.add(inputs)
+        profile.add("records", start)
         if classes:
             _append_line(self.scratch / CLASSES, " ".join(map(str, classes)))
         streams = []
@@ -313,12 +314,16 @@ class Writer:
     def _table(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         """The inputs' table, finished (the one written as the batches landed when it holds ``records``;
         else written now, as ``merge`` does); what the manifest keeps of it."""
+        start = profile.clock()
         path = self.scratch / inputtable.TABLE
         if self.table is not None and self.table.rows == len(records):
-            return self.table.close()
-        if self.table is not None:
-            self.table.discard()
-        return inputtable.write(path, records)
+            kept = self.table.close()
+        else:
+            if self.table is not None:
+                self.table.discard()
+            kept = inputtable.write(path, records)
+        profile.add("records", start)
+        return kept
 
 
 def _append_line(path: Path, line: str) -> None:
