@@ -243,10 +243,11 @@ def _orientation(image: PILImage) -> int:
     return int(Image.Image.getexif(image).get(ExifTags.Base.Orientation, 1))
 
 
-def _record(image: PILImage, mode: str) -> dict[str, Any]:
-    """What ``open_image(path, mode)`` does to an opened image, read from its header (nothing decoded)."""
+def _record(image: PILImage, mode: str, plan: _Plan | None = None) -> dict[str, Any]:
+    """What ``open_image(path, mode)`` does to an opened image (``plan``: ``_plan``'s, when made), read from
+    its header (nothing decoded)."""
     record: dict[str, Any] = {"mode": image.mode, "size": list(image.size)}
-    plan, turn = _plan(image, mode), _orientation(image)
+    plan, turn = plan or _plan(image, mode), _orientation(image)
     if getattr(image, "is_animated", False):  # GIF, APNG, WebP animations; multi-page TIFF
         record |= {"frames": int(getattr(image, "n_frames", 1)), "frame_used": 0}
     if plan.text:
@@ -262,13 +263,15 @@ def describe(path: Path, mode: str = "RGB", image_key: str | None = None) -> dic
         return _record(image, mode)
 
 
-def _decoded(image: PILImage, mode: str, name: str) -> PILImage:
-    """The opened image decoded, turned upright as its EXIF says, converted to ``mode`` as ``_plan`` says."""
+def _decoded(image: PILImage, mode: str, name: str, plan: _Plan | None = None) -> PILImage:
+    """The opened image decoded, turned upright as its EXIF says, converted to ``mode`` as ``_plan`` says
+    (``plan``: made already, from the header)."""
     from PIL import ImageOps
 
     try:
-        plan = _plan(image, mode)
-        return _apply(ImageOps.exif_transpose(image), plan, mode, name)
+        plan = plan or _plan(image, mode)
+        ImageOps.exif_transpose(image, in_place=True)  # (in place: no copy of an image already upright)
+        return _apply(image, plan, mode, name)
     except OSError as exc:  # a truncated or corrupt file, found while decoding
         raise _unreadable(name, exc) from exc
 
@@ -284,16 +287,20 @@ def read(path: Path, mode: str = "RGB", image_key: str | None = None) -> tuple[P
     """``open_image`` and the input's record, from its bytes read once: ``path``, the ``sha256`` of those
     bytes (``digest``'s) and what ``describe`` says."""
     name, missing = f"`{path}`", "Pass an existing image file."
-    data = _bytes(path, name, missing, image_key)
-    if data is None:
+    data = _encoded(path, image_key)
+    if data is None:  # a file: read at once, and only if that fails asked why (a folder, missing, empty)
         try:
             with open(path, "rb") as file:
                 data = file.read()
         except OSError as exc:
+            _bytes(path, name, missing, image_key)
             raise _unreadable(name, exc) from exc
+        if not data:
+            _bytes(path, name, missing, image_key)
     with _opened(path, name, missing, image_key, data) as image:
-        record = {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(), **_record(image, mode)}
-        return _decoded(image, mode, name), record
+        plan = _plan(image, mode)
+        record = {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(), **_record(image, mode, plan)}
+        return _decoded(image, mode, name, plan), record
 
 
 def labels(path: Path, label_column: str | None) -> dict[str, Any]:
