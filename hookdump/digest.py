@@ -16,9 +16,9 @@ _Key = tuple[str, int, int]  # resolved path, size, modification time in ns
 _started: dict[_Key, Future[str]] = {}
 
 
-def sha256(path: Path) -> str:
+def sha256(path: Path | str) -> str:
     """Hex sha256 of the file at ``path`` (a prefetched result if the file has not changed since)."""
-    future = _started.pop(key, None) if _started and (key := _key(path)) else None  # (no stat when none is)
+    future = _started.pop(key, None) if _started and (key := _key(Path(path))) else None  # (none: no stat)
     if future is not None and future.exception() is None:
         return future.result()
     return _hash(path)  # also when the thread failed: the error is raised here, where callers expect it
@@ -49,9 +49,11 @@ def _key(path: Path) -> _Key | None:
     return (str(resolved), stat.st_size, stat.st_mtime_ns) if resolved.is_file() else None
 
 
-def _hash(path: Path) -> str:
+def _hash(path: Path | str) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
             digest.update(block)
+            if len(block) < 1 << 20:  # the end of a file: no read more to find it
+                break
     return digest.hexdigest()

@@ -34,9 +34,9 @@ def check_image(path: Path, image_key: str | None = None) -> None:
             raise _unreadable(f"Input `{path}`", exc) from exc
 
 
-def digest(path: Path, image_key: str | None = None) -> str:
+def digest(path: Path | str, image_key: str | None = None) -> str:
     """The sha256 of an input: of its file, or of the image bytes of a shard's sample or a table's row."""
-    encoded = _encoded(path, image_key)
+    encoded = _encoded(Path(path), image_key) if shards.SEPARATOR in str(path) else None  # (a file: as it is)
     return sha256(path) if encoded is None else hashlib.sha256(encoded).hexdigest()
 
 

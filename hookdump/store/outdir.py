@@ -202,7 +202,7 @@ def check_inputs_unchanged(out: Path, progress: dict[str, Any]) -> None:
     for record in read_inputs(out, int(progress.get("batches", 0))):
         path, digest = record["path"], record["sha256"]
         try:
-            now = input_digest(Path(path), image_key)
+            now = input_digest(path, image_key)
         except OSError as exc:
             now = f"unreadable ({exc.strerror or exc})"
         if now != digest:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -202,8 +203,8 @@ class Writer:
         if kept is not None:
             self.commit_notes.append(kept)
         elif all("mode" in record for record in old):  # (else a journal of sha256 alone: written at commit)
-            every = lambda: outdir.read_inputs(self.out)  # noqa: E731  (the journal, for the table)
-            self.table = inputtable.Rows(self.scratch / inputtable.TABLE, every)
+            journal = functools.partial(outdir.read_inputs, self.out)  # every record so far
+            self.table = inputtable.Rows(self.scratch / inputtable.TABLE, journal)
             self.table.add(old)  # an interrupted run's table has no footer: written again
 
     def checkpoint(self, progress: dict[str, Any], classes: list[int], inputs: list[dict[str, Any]]) -> None:
