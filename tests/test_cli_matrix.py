@@ -232,7 +232,7 @@ if PHASE:  # hookdump's own steps, slowed where they are looked up (decoding in 
 
         setattr(owner, name, slow)
 
-    _slowed(hookdump.inputs.loader, "open_image", "decode")
+    _slowed(hookdump.inputs.loader, "read", "decode")
     _slowed(hookdump.store.sinks.Writer, "append", "write")
     _slowed(hookdump.store.saved, "write_pt", "commit")
 '''
