@@ -36,13 +36,15 @@ def check_image(path: Path, image_key: str | None = None) -> None:
 
 def digest(path: Path | str, image_key: str | None = None) -> str:
     """The sha256 of an input: of its file, or of the image bytes of a shard's sample or a table's row."""
-    encoded = _encoded(Path(path), image_key) if shards.SEPARATOR in str(path) else None  # (a file: as it is)
+    encoded = _encoded(path, image_key)
     return sha256(path) if encoded is None else hashlib.sha256(encoded).hexdigest()
 
 
-def _encoded(path: Path, image_key: str | None) -> bytes | None:
+def _encoded(path: Path | str, image_key: str | None) -> bytes | None:
     """The image bytes of an input that is no file of its own (``SHARD::KEY``, ``FILE::ROW``), else None;
     ``image_key``: its image member or column."""
+    if shards.SEPARATOR not in str(path):  # a file (its name not parsed: the hot path of every input)
+        return None
     if tables.is_row(path):
         return tables.image_bytes(path, image_key)
     if shards.is_member(path):
