@@ -18,7 +18,8 @@ _started: dict[_Key, Future[str]] = {}
 
 def sha256(path: Path | str) -> str:
     """Hex sha256 of the file at ``path`` (a prefetched result if the file has not changed since)."""
-    future = _started.pop(key, None) if _started and (key := _key(Path(path))) else None  # (none: no stat)
+    # (nothing started: no stat of the file)
+    future = _started.pop(key, None) if _started and (key := _key(Path(path))) else None
     if future is not None and future.exception() is None:
         return future.result()
     return _hash(path)  # also when the thread failed: the error is raised here, where callers expect it

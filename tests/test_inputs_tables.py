@@ -103,6 +103,19 @@ def test_killed_mid_table_resume_gives_the_same_bytes(data: Path, tmp_path: Path
         assert pq.read_table(tmp_path / out / "inputs.parquet").to_pylist() == whole, journal
 
 
+def test_a_resumed_table_keeps_an_input_given_twice(data: Path, tmp_path: Path) -> None:
+    """The table written again on --resume comes from the journal row by row, not by path: an input named
+    twice keeps both rows."""
+    photo = str(data / "loose" / f"0-{PHOTOS[0]}")
+    args = ("capture", *MODEL, photo, photo, photo, photo, "--batch-size", "2", "--workers", "0")
+    killed = hd(tmp_path, *args, "-o", "out", env={**os.environ, "HOOKDUMP_TEST_KILL_AT": "checkpoint-1"})
+    assert killed.returncode == -9, killed.stderr
+    done = hd(tmp_path, *args, "-o", "out", "--resume")
+    assert done.returncode == 0 and "resumed after 2 of 4" in done.stderr, done.stderr
+    rows = pq.ParquetFile(tmp_path / "out" / "inputs.parquet").read().to_pylist()
+    assert [(r["row"], r["source"]) for r in rows] == [(i, photo) for i in range(4)]
+
+
 def test_bad_tables_are_one_paragraph_each(data: Path, tmp_path: Path) -> None:
     pq.write_table(pa.table({"caption": ["a cat", "a cup"], "n": [1, 2]}), tmp_path / "text.parquet")
     pq.write_table(

@@ -133,7 +133,8 @@ def run(
         start = profile.clock()
         skipped = state.skipped_paths
         kept = [p for p in found.paths if str(p) not in skipped] if skipped else found.paths
-        records = input_records(kept, source, found.config, writer.inputs)
+        known = {record["path"]: record for record in writer.records}
+        records = input_records(kept, source, found.config, known, finish)
         notes += frame_notes(records) + classfolders.note(records)
         profile.add("records", start)
         extra = {**_run_record(recorder, run, opts, state.classes), "skipped": state.skipped, "notes": notes}

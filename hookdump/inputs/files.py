@@ -255,19 +255,21 @@ def records(
     source: InputSpec,
     config: dict[str, Any],
     known: dict[str, dict[str, Any]] | None = None,
+    finish: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The inputs' records: each path's as the decoding workers made it (``known``: by path, finished), else
-    read here; or the seeded random input."""
+    """The inputs' records: each path's as the decoding workers made it (``known``: by path, finished by
+    ``finish``, ``finisher``'s), else read here; or the seeded random input."""
     if source.random:
         return [{"random": True, "seed": source.seed, "shape": [1, *config["input_size"]]}]
     mode, key, known = model_mode(config), source.image_part, known or {}
-    finish = finisher(paths, source)
 
     def record(path: Path) -> dict[str, Any]:
+        nonlocal finish
         found = known.get(str(path), {})
         if "mode" in found:
             return found
         # Not decoded by this run (a --resume of a run whose journal kept each input's sha256 alone).
+        finish = finish or finisher(paths, source)
         return finish(
             {
                 "path": str(path), "sha256": found.get("sha256") or digest(path, key),

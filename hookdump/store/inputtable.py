@@ -20,10 +20,8 @@ from ..inputs.shards import SEPARATOR
 from ..model import extras
 
 TABLE = "inputs.parquet"
-_OWN = ("path", "sha256", "mode", "size", "label")  # the record's keys that have columns of their own
-
-
 ROW_GROUP = 65536  # rows a row group of the table holds
+_OWN = ("path", "sha256", "mode", "size", "label")  # the record's keys that have columns of their own
 
 
 def kept_in_manifest(paths: Iterable[Path | str]) -> str | None:
@@ -82,10 +80,9 @@ class Rows:
 
     def close(self) -> dict[str, Any]:
         """Write what waits and the footer; what the manifest keeps of the table."""
-        if (self.waiting or self._writer is None) and not self._write(self.waiting):
+        if not self._write(self.waiting):
             self._again()
-            if self.waiting or self._writer is None:
-                self._write(self.waiting)
+            self._write(self.waiting)
         self.waiting = []
         self.discard()
         return {"count": self.written, "table": TABLE, "sha256": sha256(self.path)}
@@ -98,7 +95,10 @@ class Rows:
         self._writer = self._file = None
 
     def _write(self, group: list[dict[str, Any]]) -> bool:
-        """Write ``group`` as a row group; False when its labels are text and the column holds integers."""
+        """Write ``group`` as a row group (none when it is empty, but the file's head once); False when its
+        labels are text and the column holds integers."""
+        if not group and self._writer is not None:
+            return True
         text = not _whole(group)
         if self._writer is None:
             pa, pq = _pyarrow()

@@ -99,7 +99,7 @@ class Writer:
         self.committed = False  # the files and the manifest are in place
         self._keep_scratch = False
         self._synced = 0  # streams whose file names were made durable
-        self.inputs: dict[str, dict[str, Any]] = {}  # each input's record (its sha256...) as its batch landed
+        self.records: list[dict[str, Any]] = []  # each input's record (its sha256...) as its batch landed
         self.table: inputtable.Rows | None = None  # inputs.parquet, written as the batches land
         self.commit_notes: list[str] = []  # what the commit says (the inputs' records kept in the manifest)
 
@@ -155,7 +155,7 @@ class Writer:
         kept = _keep_lines(self.scratch / CLASSES, batches)
         self.resumed["classes"] = [int(c) for line in kept for c in line.split()]
         _keep_lines(self.scratch / INPUTS, batches)
-        self.inputs = {record["path"]: record for record in outdir.read_inputs(self.out, batches)}
+        self.records = outdir.read_inputs(self.out, batches)
         for state in self.resumed["streams"]:
             key = key_from_json(state["key"])
             self.streams[key] = NpyStream.reopen(self.scratch, key[0], state, self.direct)
@@ -199,20 +199,19 @@ class Writer:
         if inputs is None:
             return
         kept = inputtable.kept_in_manifest(inputs)
-        old = list(self.inputs.values())
         if kept is not None:
             self.commit_notes.append(kept)
-        elif all("mode" in record for record in old):  # (else a journal of sha256 alone: written at commit)
+        elif all("mode" in r for r in self.records):  # (else a journal of sha256 alone: written at commit)
             journal = functools.partial(outdir.read_inputs, self.out)  # every record so far
             self.table = inputtable.Rows(self.scratch / inputtable.TABLE, journal)
-            self.table.add(old)  # an interrupted run's table has no footer: written again
+            self.table.add(self.records)  # an interrupted run's table has no footer: written again
 
     def checkpoint(self, progress: dict[str, Any], classes: list[int], inputs: list[dict[str, Any]]) -> None:
         """After a batch reached the files: record it (``progress``: counts, recorder state; the records of
         the batch's ``inputs`` (their sha256...), and its classes with --grad, are appended to files of their
         own, so no checkpoint grows with the dataset; the records to the inputs' table too)."""
         start = profile.clock()
-        self.inputs.update((record["path"], record) for record in inputs)
+        self.records.extend(inputs)
         _append_line(self.scratch / INPUTS, json.dumps(inputs))
         if self.table is not None:
             self.table.add(inputs)
