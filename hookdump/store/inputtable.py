@@ -225,8 +225,10 @@ def read(folder: Path, listed: dict[str, Any]) -> Any:
         raise InputError(
             f"`{path}` is named in the manifest but missing.", "Capture again, or restore the file."
         )
-    with open(path, "rb") as file:  # (ParquetFile: read_table would load pyarrow's dataset machinery)
-        table = pq.ParquetFile(file).read()
+    # ParquetFile: read_table would load pyarrow's dataset machinery. One thread: pyarrow's thread pool,
+    # having read through a Python file object, can hang or abort the interpreter's exit (apache/arrow#50482).
+    with open(path, "rb") as file:
+        table = pq.ParquetFile(file).read(use_threads=False)
     if table.num_rows != count(listed):  # (its sha256 is in the manifest for a full check; rows are cheap)
         raise InputError(
             f"`{path}` holds {table.num_rows} rows, and the manifest says {count(listed)} inputs.",
