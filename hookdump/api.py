@@ -187,8 +187,14 @@ def plan(
     skipped: list[dict[str, str]] = []
     where: list[int] = []  # how many images come before each skipped file
     walk_notes: list[str] = []
+    progress = outdir.read_progress(opts.out) if opts.resume and source is not None else None
+    unchanged: frozenset[str] = frozenset()  # inputs already captured, hashed again: their headers are good
+    if progress is not None:  # (under torchrun each rank checks its own shard's)
+        start = profile.clock()
+        unchanged = outdir.check_inputs_unchanged(opts.out, progress)
+        profile.add("resume check", start)
     paths = (
-        files.collect(source, (opts.out,), skipped if opts.skip_bad else None, where, walk_notes)
+        files.collect(source, (opts.out,), skipped if opts.skip_bad else None, where, walk_notes, unchanged)
         if source
         else []
     )
@@ -245,12 +251,8 @@ def plan(
         paths, shard = parallel.shard_of(paths, source, opts, record)
         first, last = shard["first_row"], shard["first_row"] + shard["rows"]  # its own skipped files only
         skipped = [s for s, k in zip(skipped, where, strict=True) if first <= k < last or k == last == total]
-    progress = outdir.read_progress(opts.out) if opts.resume and source is not None else None
-    if progress is not None:  # the inputs it captures (a shard's); under torchrun each rank checks its own
+    if progress is not None:  # the inputs it captures (a shard's)
         outdir.check_same_run(progress, record, [str(p) for p in paths])
-        start = profile.clock()
-        outdir.check_inputs_unchanged(opts.out, progress)
-        profile.add("resume check", start)
     elif opts.resume and source is not None and outdir.nothing_written(opts.out):
         notes.append(outdir.starts_again(opts.out))  # killed before its first batch: the writer starts over
     if decode and source is not None:  # what the run decodes (this shard's): refused where it would be

@@ -201,6 +201,28 @@ def test_resume_refuses_an_input_changed_since_its_rows_were_captured(
     assert later["sha256"] == hashlib.sha256((SKIMAGE_DATA / "astronaut.png").read_bytes()).hexdigest()
 
 
+def test_resume_checks_the_header_of_each_input_not_yet_captured(
+    tmp_path: Path, sixteen: tuple[Path, Path]
+) -> None:
+    """The inputs already captured are hashed instead of checked (same bytes as when they decoded); every
+    other input is still checked before the first batch, as a fresh run checks it."""
+    (photos, whole), out = sixteen, tmp_path / "out"
+    args = ("capture", *TINY, photos, "--batch-size", "4")
+    hd(*args, "-o", out, kill_at="checkpoint-2")
+    good = (photos / "img_013.png").read_bytes()
+    try:
+        (photos / "img_013.png").write_bytes(good[: len(good) // 2])  # cut: its header check fails
+        before = _scratch_files(out)
+        done = hd(*args, "-o", out, "--resume")
+        assert done.returncode == 4, done.stderr
+        paragraph(done.stderr, "img_013.png")
+        assert _scratch_files(out) == before and not (out / "manifest.json").exists()
+    finally:
+        (photos / "img_013.png").write_bytes(good)
+    assert hd(*args, "-o", out, "--resume").returncode == 0
+    _same_capture(out, whole)
+
+
 # --- item 8: kill -9 inside the final moves -----------------------------------------------------------------
 
 FORMATS = ("--format", "npy,pt,safetensors")

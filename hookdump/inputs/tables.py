@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,16 @@ def is_table(text: str, image_suffixes: set[str]) -> bool:
         return True
     if not path.is_dir():
         return False
-    names = [p.suffix.lower() for p in path.iterdir() if p.is_file()]
-    return (path / "state.json").is_file() or (".parquet" in names and not set(names) & image_suffixes)
+    if (path / "state.json").is_file():
+        return True
+    parquet = False
+    with os.scandir(path) as entries:  # a folder of 100,000 images: its first image decides
+        for entry in entries:
+            suffix = os.path.splitext(entry.name)[1].lower()
+            if suffix in image_suffixes and entry.is_file():
+                return False
+            parquet = parquet or (suffix == ".parquet" and entry.is_file())
+    return parquet
 
 
 def is_row(path: Path | str) -> bool:

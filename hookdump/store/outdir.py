@@ -194,12 +194,14 @@ def read_inputs(out: Path, batches: int | None = None) -> list[dict[str, Any]]:
     ]
 
 
-def check_inputs_unchanged(out: Path, progress: dict[str, Any]) -> None:
+def check_inputs_unchanged(out: Path, progress: dict[str, Any]) -> frozenset[str]:
     """``--resume``: each input whose rows are already on disk still holds what was read then (its sha256),
-    so the finished files are all of today's inputs. Only those inputs are hashed again."""
+    so the finished files are all of today's inputs. Only those inputs are hashed again; they are returned
+    (each decoded then, the same bytes now: no header of theirs needs checking again)."""
     options = progress.get("options") or {}
     image_key = options.get("image_key") or options.get("image_column")  # the inputs' image member or column
-    for record in read_inputs(out, int(progress.get("batches", 0))):
+    records = read_inputs(out, int(progress.get("batches", 0)))
+    for record in records:
         path, digest = record["path"], record["sha256"]
         try:
             now = input_digest(path, image_key)
@@ -213,6 +215,7 @@ def check_inputs_unchanged(out: Path, progress: dict[str, Any]) -> None:
                 "Put the original file back and rerun with --resume, or rerun with --overwrite to capture"
                 " every input again.",
             )
+    return frozenset(record["path"] for record in records)
 
 
 #: The longest layer name a file may carry: file systems allow 255 bytes, and hookdump adds suffixes
