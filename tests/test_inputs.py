@@ -180,6 +180,22 @@ def test_folder_walk_skips_hidden_and_appledouble_files(photos: Path) -> None:
     )
 
 
+def test_folder_walk_sorts_as_paths_sort_and_takes_linked_files(photos: Path) -> None:
+    """``a/b.png`` before ``a-b.png`` before ``a.png`` (paths sort by their parts; the strings would not);
+    a link to a file is taken, a dangling one is not; checked against pathlib's own walk and sort."""
+    root = photos / "more"
+    (root / "a").mkdir()
+    for name in ("a/b.png", "a-b.png", "a.png", "A.png"):
+        shutil.copy(photos / "chelsea.png", root / name)
+    (root / "linked.png").symlink_to(photos / "coffee.png")
+    (root / "dangling.png").symlink_to(photos / "gone.png")
+    found = inputs.collect(InputSpec((str(root),)))
+    expected = sorted(p for p in root.rglob("*") if p.is_file() and "back" not in p.parts)
+    assert found == expected
+    assert [p.relative_to(root).as_posix() for p in found[:4]] == ["A.png", "a/b.png", "a-b.png", "a.png"]
+    assert root / "linked.png" in found and root / "dangling.png" not in found
+
+
 def test_excluded_folder_is_not_entered_however_it_is_spelled(photos: Path, monkeypatch) -> None:
     (photos / "acts").mkdir()
     shutil.copy(photos / "chelsea.png", photos / "acts" / "conv1.png")
@@ -208,7 +224,7 @@ def test_unreadable_subfolder_is_an_input_error(photos: Path, tmp_path: Path) ->
     finally:
         locked.chmod(0o755)
     assert proc.returncode == EXIT_INPUT, proc.stderr
-    assert "locked` cannot be read: Permission denied" in proc.stderr and "Traceback" not in proc.stderr
+    assert "locked` cannot be read: permission denied" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
 
 

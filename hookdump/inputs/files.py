@@ -240,8 +240,9 @@ def _walk(folder: Path, skip: frozenset[Path], left_out: list[Path]) -> list[Pat
             with os.scandir(here) as listing:
                 entries = list(listing)
         except OSError as exc:
+            why = exc.strerror or str(exc)
             raise InputError(
-                f"Folder `{exc.filename}` cannot be read: {exc.strerror}.",
+                f"Folder `{exc.filename}` cannot be read: {why[:1].lower()}{why[1:]}.",
                 "Make it readable (chmod u+rx), or move it out of the input folder.",
             ) from None
         for entry in entries:
