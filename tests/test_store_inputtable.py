@@ -70,3 +70,13 @@ def test_a_text_label_in_the_last_rows_and_no_rows_at_all(tmp_path: Path) -> Non
     empty = inputtable.Rows(tmp_path / "b.parquet", list)
     assert empty.close()["count"] == 0
     assert pq.read_table(tmp_path / "b.parquet").num_rows == 0
+
+
+def test_a_file_name_that_is_not_utf8_keeps_the_records_in_the_manifest(tmp_path: Path) -> None:
+    """Parquet strings are UTF-8: a name holding an undecodable byte (``\\udcff`` as Python reads it) keeps
+    the records in the manifest, with a note naming that file (the first such); other names go to the table."""
+    good = [tmp_path / f"{i}.png" for i in range(5)]
+    assert inputtable.kept_in_manifest(good) is None
+    bad = tmp_path / "caf\udcff.png"
+    note = inputtable.kept_in_manifest([*good, bad, tmp_path / "x\udcfe.png"])
+    assert note is not None and repr(str(bad)) in note and "\\udcfe" not in note

@@ -308,7 +308,9 @@ def finisher(paths: list[Path], source: InputSpec) -> Callable[[dict[str, Any]],
     classes = classfolders.labels(paths, source.paths, IMAGE_SUFFIXES)
 
     def finish(record: dict[str, Any]) -> dict[str, Any]:
-        label = classes.get(record["path"])
+        label = classes.get(record["path"]) if classes else None
+        if label is None and not sample:  # most inputs: the record as the worker made it
+            return record
         return {**record, **sample, **({} if label is None else {"label": label})}
 
     return finish
