@@ -4,6 +4,9 @@ back with pyarrow alone."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +77,54 @@ def test_a_text_label_in_the_last_rows_and_no_rows_at_all(tmp_path: Path) -> Non
 
 def test_a_file_name_that_is_not_utf8_keeps_the_records_in_the_manifest(tmp_path: Path) -> None:
     """Parquet strings are UTF-8: a name holding an undecodable byte (``\\udcff`` as Python reads it) keeps
-    the records in the manifest, with a note naming that file (the first such); other names go to the table."""
+    the records in the manifest, with a note naming the first such file; other names go to the table."""
     good = [tmp_path / f"{i}.png" for i in range(5)]
     assert inputtable.kept_in_manifest(good) is None
     bad = tmp_path / "caf\udcff.png"
     note = inputtable.kept_in_manifest([*good, bad, tmp_path / "x\udcfe.png"])
     assert note is not None and repr(str(bad)) in note and "\\udcfe" not in note
+
+
+def _tricky() -> list[dict[str, Any]]:
+    """Nulls in every column that has them, text that is not ASCII, extras that go to the JSON column."""
+    found = [record(i, i if i % 3 else None) for i in range(9)]
+    found[1]["path"] = "photos/caf\u00e9 \u732b.png"
+    found[2].pop("size")
+    found[4].pop("sha256")
+    found[5] |= {"conversion": "CMYK to RGB", "exif": "rotated \u00fc"}
+    found[6].pop("mode")
+    return found
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_the_columns_equal_pyarrows_own_conversion(text: bool) -> None:
+    """The table's columns are made from their buffers (no pandas): the same table, value for value, as
+    pyarrow makes from the same Python lists."""
+    import pyarrow as pa
+
+    made = inputtable._as_table(_tricky(), 10, text)
+    made.validate(full=True)
+    theirs = pa.table(
+        [pa.array(made.column(i).to_pylist(), f.type) for i, f in enumerate(made.schema)], schema=made.schema
+    )
+    assert made.equals(theirs)
+    rows = made.to_pylist()
+    assert [r["row"] for r in rows] == list(range(10, 19))
+    assert rows[1]["source"] == "photos/caf\u00e9 \u732b.png" and rows[1]["label"] == ("1" if text else 1)
+    assert rows[0]["label"] is None and rows[2]["width"] is None and rows[4]["sha256"] is None
+    assert rows[6]["mode"] is None and json.loads(rows[5]["record"])["exif"] == "rotated \u00fc"
+    assert rows[8]["key"] == "k8" and rows[8]["source"] == "shard.tar"
+
+
+def test_writing_the_table_does_not_import_pandas(tmp_path: Path) -> None:
+    """pyarrow's conversion of Python lists imports pandas (0.2 s) to ask whether they are its own; a
+    capture that writes its table never needs it."""
+    table = str(tmp_path / "inputs.parquet")
+    code = (
+        "import sys; from pathlib import Path; from hookdump.store import inputtable;"
+        f"inputtable.write(Path({table!r}), [{{'path': 'a.png', 'label': 'cat'}}]);"
+        "print('pandas' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+    assert pq.read_table(tmp_path / "inputs.parquet").column("label").to_pylist() == ["cat"]
