@@ -190,9 +190,8 @@ def plan(
     progress = outdir.read_progress(opts.out) if opts.resume and source is not None else None
     unchanged: frozenset[str] = frozenset()  # inputs already captured, hashed again: their headers are good
     if progress is not None:  # (under torchrun each rank checks its own shard's)
-        start = profile.clock()
-        unchanged = outdir.check_inputs_unchanged(opts.out, progress)
-        profile.add("resume check", start)
+        with profile.span("resume check"):
+            unchanged = outdir.check_inputs_unchanged(opts.out, progress)
     paths = (
         files.collect(source, (opts.out,), skipped if opts.skip_bad else None, where, walk_notes, unchanged)
         if source

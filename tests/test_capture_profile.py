@@ -33,8 +33,23 @@ def test_the_profile_names_every_span_and_they_fit_in_the_run(
     assert all(spans[k] >= 0 for k in main + writer + ("copy", "run"))
     assert spans["copy"] + spans["reduce"] <= spans["hooks"]
     assert sum(spans[k] for k in main) <= spans["run"] * 1.001
+    assert 0 < spans["records cpu"] <= spans["records"] * 1.001 + 0.001  # the inputs' records: CPU of its wall
     if sys.platform == "linux":  # the process's life before the run: pytest's, here
         assert spans["before run"] > 0
+
+
+def test_a_span_counts_its_wall_time_and_its_threads_cpu_time_apart() -> None:
+    """A wait (sleeping here; an fsync in a capture) is wall time and no CPU time; spans of a name add up."""
+    profile.reset()
+    for _ in range(2):
+        with profile.span("nap"):
+            time.sleep(0.05)
+    with profile.span("work"):
+        sum(i * i for i in range(300_000))
+    spans = dict(profile.seconds)
+    profile.reset()
+    assert spans["nap"] >= 0.1 and spans["nap cpu"] < spans["nap"] / 2
+    assert 0 < spans["work cpu"] <= spans["work"] + 0.001
 
 
 def test_a_users_file_where_the_profile_goes_is_refused_before_any_work(

@@ -130,13 +130,12 @@ def run(
             notes.append(skipped_note(state.skipped))
         notes += filter(None, [watch.note()])
         notes += writer.nonfinite_notes(results)  # NaN / Inf in a saved tensor, naming it
-        start = profile.clock()
-        skipped = state.skipped_paths
-        kept = [p for p in found.paths if str(p) not in skipped] if skipped else found.paths
-        known = {record["path"]: record for record in writer.records}
-        records = input_records(kept, source, found.config, known, finish)
-        notes += frame_notes(records) + classfolders.note(records)
-        profile.add("records", start)
+        with profile.span("records"):
+            skipped = state.skipped_paths
+            kept = [p for p in found.paths if str(p) not in skipped] if skipped else found.paths
+            known = {record["path"]: record for record in writer.records}
+            records = input_records(kept, source, found.config, known, finish)
+            notes += frame_notes(records) + classfolders.note(records)
         extra = {**_run_record(recorder, run, opts, state.classes), "skipped": state.skipped, "notes": notes}
         extra["compile"] = compiled.record() if compiled is not None else None
         if found.shard is not None:

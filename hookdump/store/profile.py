@@ -12,15 +12,18 @@ forward: ``stats``, ``write`` (the streams' appends), ``checkpoint`` (fsyncs, pr
 ``on_batch`` (the caller's: the progress line, and the console script's ``malloc_trim``). ``records`` is
 the inputs' records' own cost, wherever it falls: journaled and added to ``inputs.parquet`` at each
 checkpoint (part of ``checkpoint``), gathered after the last batch, the table finished (part of
-``commit``). ``run`` is the whole of ``capture.run``; ``before run`` the process's life before
+``commit``); ``records cpu`` and ``resume check cpu`` are the CPU time of those spans (without the waits
+for the disk). ``run`` is the whole of ``capture.run``; ``before run`` the process's life before
 it (interpreter start, imports, parsing; Linux only, to 10 ms)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from . import claims
@@ -37,6 +40,19 @@ def add(name: str, since: float) -> float:
     with _lock:
         seconds[name] = seconds.get(name, 0.0) + now - since
     return now
+
+
+@contextlib.contextmanager
+def span(name: str) -> Iterator[None]:
+    """Time the block under ``name``, and the CPU time this thread spent in it under ``name cpu`` (which
+    leaves out waiting: for the disk in an fsync, for another thread holding the interpreter)."""
+    start, cpu = clock(), time.thread_time()
+    try:
+        yield
+    finally:
+        add(name, start)
+        with _lock:
+            seconds[f"{name} cpu"] = seconds.get(f"{name} cpu", 0.0) + time.thread_time() - cpu
 
 
 def reset() -> None:

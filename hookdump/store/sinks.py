@@ -154,8 +154,9 @@ class Writer:
         batches = self.resumed["batches"]  # a batch written but not checkpointed is done again: its lines go
         kept = _keep_lines(self.scratch / CLASSES, batches)
         self.resumed["classes"] = [int(c) for line in kept for c in line.split()]
-        _keep_lines(self.scratch / INPUTS, batches)
-        self.records = outdir.read_inputs(self.out, batches)
+        with profile.span("records"):
+            _keep_lines(self.scratch / INPUTS, batches)
+            self.records = outdir.read_inputs(self.out, batches)
         for state in self.resumed["streams"]:
             key = key_from_json(state["key"])
             self.streams[key] = NpyStream.reopen(self.scratch, key[0], state, self.direct)
@@ -198,24 +199,25 @@ class Writer:
             commit.kill_at("started")
         if inputs is None:
             return
-        kept = inputtable.kept_in_manifest(inputs)
-        if kept is not None:
-            self.commit_notes.append(kept)
-        elif all("mode" in r for r in self.records):  # (else a journal of sha256 alone: written at commit)
-            journal = functools.partial(outdir.read_inputs, self.out)  # every record so far
-            self.table = inputtable.Rows(self.scratch / inputtable.TABLE, journal)
-            self.table.add(self.records)  # an interrupted run's table has no footer: written again
+        with profile.span("records"):
+            kept = inputtable.kept_in_manifest(inputs)
+            if kept is not None:
+                self.commit_notes.append(kept)
+            elif all("mode" in r for r in self.records):  # (else a journal of sha256 alone: at commit)
+                journal = functools.partial(outdir.read_inputs, self.out)  # every record so far
+                self.table = inputtable.Rows(self.scratch / inputtable.TABLE, journal)
+                self.table.add(self.records)  # an interrupted run's table has no footer: written again
 
     def checkpoint(self, progress: dict[str, Any], classes: list[int], inputs: list[dict[str, Any]]) -> None:
         """After a batch reached the files: record it (``progress``: counts, recorder state; the records of
         the batch's ``inputs`` (their sha256...), and its classes with --grad, are appended to files of their
         own, so no checkpoint grows with the dataset; the records to the inputs' table too)."""
         start = profile.clock()
-        self.records.extend(inputs)
-        _append_line(self.scratch / INPUTS, json.dumps(inputs))
-        if self.table is not None:
-            self.table.add(inputs)
-        profile.add("records", start)
+        with profile.span("records"):
+            self.records.extend(inputs)
+            _append_line(self.scratch / INPUTS, json.dumps(inputs))
+            if self.table is not None:
+                self.table.add(inputs)
         if classes:
             _append_line(self.scratch / CLASSES, " ".join(map(str, classes)))
         streams = []
@@ -314,16 +316,13 @@ class Writer:
     def _table(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         """The inputs' table, finished (the one written as the batches landed when it holds ``records``;
         else written now, as ``merge`` does); what the manifest keeps of it."""
-        start = profile.clock()
-        path = self.scratch / inputtable.TABLE
-        if self.table is not None and self.table.rows == len(records):
-            kept = self.table.close()
-        else:
+        with profile.span("records"):
+            path = self.scratch / inputtable.TABLE
+            if self.table is not None and self.table.rows == len(records):
+                return self.table.close()
             if self.table is not None:
                 self.table.discard()
-            kept = inputtable.write(path, records)
-        profile.add("records", start)
-        return kept
+            return inputtable.write(path, records)
 
 
 def _append_line(path: Path, line: str) -> None:
