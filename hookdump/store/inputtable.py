@@ -23,7 +23,8 @@ from ..model import extras
 
 TABLE = "inputs.parquet"
 ROW_GROUP = 65536  # rows a row group of the table holds
-_OWN = ("path", "sha256", "mode", "size", "label")  # the record's keys that have columns of their own
+_OWN = frozenset(("path", "sha256", "mode", "size", "label"))  # the record's keys with columns of their own
+_REPEATED = ["label", "width", "height", "mode", "record"]  # columns whose values repeat: dictionary-encoded
 
 
 def kept_in_manifest(paths: Iterable[Path | str]) -> str | None:
@@ -116,7 +117,7 @@ class Rows:
             self.text = bool(self.text or text)
             # Python's own open (a folder name of any bytes); closed by ``discard``.
             self._file = open(self.path, "wb")  # noqa: SIM115
-            self._writer = pq.ParquetWriter(self._file, _schema(pa, self.text))
+            self._writer = pq.ParquetWriter(self._file, _schema(pa, self.text), use_dictionary=_REPEATED)
         elif text and not self.text:
             return False
         self._writer.write_table(_as_table(group, self.written, bool(self.text)), row_group_size=ROW_GROUP)
@@ -168,7 +169,7 @@ def _schema(pa: Any, text: bool) -> Any:
 
 def _more(record: dict[str, Any]) -> dict[str, Any]:
     """What a record says besides the table's own columns (the ``record`` column, as JSON)."""
-    return {k: v for k, v in record.items() if k not in _OWN}
+    return {} if record.keys() <= _OWN else {k: v for k, v in record.items() if k not in _OWN}
 
 
 def _as_table(records: list[dict[str, Any]], start: int, text: bool) -> Any:

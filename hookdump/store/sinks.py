@@ -215,7 +215,7 @@ class Writer:
         start = profile.clock()
         with profile.span("records"):
             self.records.extend(inputs)
-            _append_line(self.scratch / INPUTS, json.dumps(inputs))
+            _append_line(self.scratch / INPUTS, json.dumps(inputs, separators=(",", ":")))
             if self.table is not None:
                 self.table.add(inputs)
         if classes:
