@@ -133,8 +133,7 @@ def run(
         with profile.span("records"):
             skipped = state.skipped_paths
             kept = [p for p in found.paths if str(p) not in skipped] if skipped else found.paths
-            known = {record["path"]: record for record in writer.records}
-            records = input_records(kept, source, found.config, known, finish)
+            records = input_records(kept, source, found.config, writer.records, finish)
             notes += frame_notes(records) + classfolders.note(records)
         extra = {**_run_record(recorder, run, opts, state.classes), "skipped": state.skipped, "notes": notes}
         extra["compile"] = compiled.record() if compiled is not None else None

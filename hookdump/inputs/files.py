@@ -275,14 +275,19 @@ def records(
     paths: list[Path],
     source: InputSpec,
     config: dict[str, Any],
-    known: dict[str, dict[str, Any]] | None = None,
+    made: list[dict[str, Any]] | None = None,
     finish: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The inputs' records: each path's as the decoding workers made it (``known``: by path, finished by
-    ``finish``, ``finisher``'s), else read here; or the seeded random input."""
+    """The inputs' records: each path's as the decoding workers made it (``made``: in the run's order,
+    finished by ``finish``, ``finisher``'s), else read here; or the seeded random input."""
     if source.random:
         return [{"random": True, "seed": source.seed, "shape": [1, *config["input_size"]]}]
-    mode, key, known = model_mode(config), source.image_part, known or {}
+    made = made or []
+    if len(made) == len(paths) and all(
+        "mode" in r and r["path"] == str(p) for r, p in zip(made, paths, strict=True)
+    ):  # every input decoded by this run (or the run it resumes), in order: the usual case
+        return made
+    mode, key, known = model_mode(config), source.image_part, {r["path"]: r for r in made}
 
     def record(path: Path) -> dict[str, Any]:
         nonlocal finish
