@@ -21,9 +21,11 @@ share of the wall time: their CPU time (``HOOKDUMP_PROFILE``'s ``records cpu``, 
 the workers' sha256 of each input's bytes, timed here), and the wall time of their spans (an upper bound:
 it counts the journal's fsync and the writer thread's waits for the interpreter while the model runs);
 goal under 2%, with a manifest under 1 MB. ``--records 100000 --images 0`` times
-the records alone.
+the records alone. ``--preflight N`` times the preflight's checks of N tiny inputs (each header, and
+``--dry-run``'s decoding) spread over forked processes against one process.
 
     .venv/bin/python scripts/bench_inputs.py [--images 512] [--shards 8] [--rounds 3] [--records 0]
+        [--preflight 0]
 """
 
 from __future__ import annotations
@@ -201,6 +203,35 @@ def _hashing(folder: Path, sample: int = 2000) -> float:
     return statistics.median(times)
 
 
+def preflight_cost(work: Path, count: int, rounds: int) -> None:
+    """The preflight's checks of ``count`` tiny inputs (the walk and each header; ``--dry-run``'s decoding
+    too) spread over forked processes against one process, in this process, rounds alternating; medians."""
+    import time
+
+    from hookdump.inputs import files, forks
+    from hookdump.inputs.files import InputSpec
+
+    folder = work / "tiny" if (work / "tiny").is_dir() else tiny(work / "tiny", count)
+    spread, config = forks.AT_LEAST, {"input_size": (3, 16, 16), "mean": (0.5,) * 3, "std": (0.5,) * 3}
+    times: dict[str, list[float]] = {}
+    files.collect(InputSpec((str(folder),)))  # the files in the page cache
+    for _ in range(rounds):
+        for case, at_least in (("one process", 1 << 62), ("forked", spread)):
+            forks.AT_LEAST = at_least
+            start = time.perf_counter()
+            paths = files.collect(InputSpec((str(folder),)))
+            middle = time.perf_counter()
+            files.decode_all(paths, config, None)
+            times.setdefault(f"{case} headers", []).append(middle - start)
+            times.setdefault(f"{case} decoding", []).append(time.perf_counter() - middle)
+    forks.AT_LEAST = spread
+    said = f"{forks.processes(count)} processes"
+    print(f"the preflight of {count} tiny inputs ({said}), {rounds} rounds, medians:")
+    for what in ("headers", "decoding"):
+        one, forked = (statistics.median(times[f"{case} {what}"]) for case in ("one process", "forked"))
+        print(f"  {what:9s} one process {one:6.2f} s, forked {forked:6.2f} s: {one / forked:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=512)
@@ -208,6 +239,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--records", type=int, default=0)
+    parser.add_argument("--preflight", type=int, default=0)
     parser.add_argument("--worker", nargs="+")
     args = parser.parse_args()
     if args.worker:
@@ -219,6 +251,8 @@ def main() -> None:
             tar_against_files(work, args)
         if args.records:
             records_cost(work, args.records, args.rounds)
+        if args.preflight:
+            preflight_cost(work, args.preflight, args.rounds)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ def test_the_profile_names_every_span_and_they_fit_in_the_run(
     assert all(spans[k] >= 0 for k in main + writer + ("copy", "run"))
     assert spans["copy"] + spans["reduce"] <= spans["hooks"]
     assert sum(spans[k] for k in main) <= spans["run"] * 1.001
-    assert 0 < spans["records cpu"] <= spans["records"] * 1.001 + 0.001  # the inputs' records: CPU of its wall
+    assert 0 < spans["records cpu"] <= spans["records"] * 1.001 + 0.001  # the records' CPU: within their wall
     if sys.platform == "linux":  # the process's life before the run: pytest's, here
         assert spans["before run"] > 0
 

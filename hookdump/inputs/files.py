@@ -15,7 +15,7 @@ import torch
 from ..errors import InputError, UsageError
 from ..model.sources.timm.names import ALIASES
 from ..units import first_few
-from . import classfolders, shards, tables
+from . import classfolders, forks, shards, tables
 from .images import check_image, describe, digest, labels, open_image
 from .transforms import model_mode
 
@@ -138,21 +138,19 @@ def _kept(
     skipped: list[dict[str, str]] | None,
     where: list[int] | None = None,
 ) -> list[Path]:
-    """The paths that pass ``check``; a failure raises, or with ``skipped`` is recorded there (and in
-    ``where`` the number of paths kept before it)."""
+    """The paths that pass ``check`` (spread over processes when there are many: ``forks``); a failure
+    raises, or with ``skipped`` is recorded there (and in ``where`` the number of paths kept before it)."""
     kept: list[Path] = []
-    for path in paths:
-        try:
-            check(path)
-        except InputError as exc:
-            if skipped is None:
-                raise
-            skipped.append({"path": str(path), "reason": exc.message})
-            if where is not None:
-                where.append(len(kept))
-            continue
-        kept.append(path)
-    return kept
+    last = 0
+    for index, exc in forks.failures(paths, check, first_only=skipped is None):
+        if skipped is None or not isinstance(exc, InputError):
+            raise exc
+        kept += paths[last:index]
+        skipped.append({"path": str(paths[index]), "reason": exc.message})
+        if where is not None:
+            where.append(len(kept))
+        last = index + 1
+    return kept + paths[last:]
 
 
 def none_readable(skipped: list[dict[str, str]]) -> InputError:
