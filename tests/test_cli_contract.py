@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -231,7 +232,10 @@ def test_version_module_entry_and_completion() -> None:
         [sys.executable, "-m", "hookdump", "--version"], capture_output=True, text=True, timeout=60
     )
     assert module.stdout == f"hookdump {__version__}\n"
-    completion = _run("--show-completion", "bash")
+    # from a shell, as a user types it: the shell is found among the process's parents (a test run whose
+    # parents hold no shell, e.g. one left running in the background, found none: "Shell  not supported")
+    command = f"{shlex.quote(str(EXE))} --show-completion"
+    completion = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
     assert completion.returncode == 0 and "_hookdump_completion" in completion.stdout
 
 
