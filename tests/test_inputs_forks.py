@@ -140,3 +140,29 @@ def test_no_child_outlives_its_parent(sig: int, check: float, within: float) -> 
             run.kill()
         for pid in _in_session(run.pid):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.usefixtures("three")
+def test_a_fork_refused_leaves_its_slice_to_the_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A limit on processes (EAGAIN) is no error of the user's: the slice without a child is checked here."""
+    paths = [tmp_path / f"{i}.png" for i in range(9)]
+    forks_made: list[int] = []
+    real_fork = os.fork
+
+    def fork_once() -> int:  # the first fork is real, the second is refused
+        if forks_made:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        forks_made.append(1)
+        return real_fork()
+
+    monkeypatch.setattr(forks.os, "fork", fork_once)
+
+    def whose(path: Path) -> None:
+        raise InputError(f"{os.getpid()} {path.name}")
+
+    found = forks.failures(paths, whose, first_only=False)
+    assert [exc.message.split()[1] for _, exc in found] == [p.name for p in paths]
+    pids = [exc.message.split()[0] for _, exc in found]
+    assert pids[6:] == [str(os.getpid())] * 3 and len(set(pids)) == 2  # slice 2 here, slice 1 in a child

@@ -34,16 +34,22 @@ def failures(paths: Sequence[Path], check: Callable[[Path], None], first_only: b
     if found and first_only:
         return found
     children: dict[int, int] = {}  # a child's pid: the pipe its failures come through
+    owners: list[int | None] = []  # each slice after the first: the pid of the child checking it
     try:
         for k in range(1, count):
-            pid, pipe = _fork(paths, bounds[k], bounds[k + 1], check, first_only)
+            try:
+                pid, pipe = _fork(paths, bounds[k], bounds[k + 1], check, first_only)
+            except OSError:  # no process to be had (a limit on processes, memory): checked here
+                owners.append(None)
+                continue
             children[pid] = pipe
+            owners.append(pid)
         found += _checked(paths, 1, bounds[1], check, first_only)
-        for k, pid in enumerate(list(children), start=1):
+        for k, owner in enumerate(owners, start=1):
             if found and first_only:
                 break
-            theirs = _gathered(pid, children.pop(pid))
-            if theirs is None:  # the child died: its slice here
+            theirs = None if owner is None else _gathered(owner, children.pop(owner))
+            if theirs is None:  # no child, or it died: the slice here
                 theirs = _checked(paths, bounds[k], bounds[k + 1], check, first_only)
             found += theirs
         return found[:1] if first_only else found
