@@ -78,11 +78,11 @@ def test_a_text_label_in_the_last_rows_and_no_rows_at_all(tmp_path: Path) -> Non
 def test_a_file_name_that_is_not_utf8_keeps_the_records_in_the_manifest(tmp_path: Path) -> None:
     """Parquet strings are UTF-8: a name holding an undecodable byte (``\\udcff`` as Python reads it) keeps
     the records in the manifest, with a note naming the first such file; other names go to the table."""
-    good = [tmp_path / f"{i}.png" for i in range(5)]
+    good = [str(tmp_path / f"{i}.png") for i in range(5)]
     assert inputtable.kept_in_manifest(good) is None
-    bad = tmp_path / "caf\udcff.png"
-    note = inputtable.kept_in_manifest([*good, bad, tmp_path / "x\udcfe.png"])
-    assert note is not None and repr(str(bad)) in note and "\\udcfe" not in note
+    bad = str(tmp_path / "caf\udcff.png")
+    note = inputtable.kept_in_manifest([*good, bad, str(tmp_path / "x\udcfe.png")])
+    assert note is not None and repr(bad) in note and "\\udcfe" not in note
 
 
 def _tricky() -> list[dict[str, Any]]:

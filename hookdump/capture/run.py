@@ -66,7 +66,7 @@ def run(
         watch = shapes.Watch(found.paths, found.config["input_size"], writer.streams)
 
         run_record = {"options": options_record, "inputs": input_list}
-        writer.start(run_record, None if source.random else found.paths)
+        writer.start(run_record, None if source.random else input_list)
         finish = files.finisher(found.paths, source)  # the records the decoding workers made, finished
 
         def write(item: tuple[dict[Key, torch.Tensor], dict[str, Any], list[int], int, list[Any]]) -> None:

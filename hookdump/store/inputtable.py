@@ -27,7 +27,7 @@ _OWN = frozenset(("path", "sha256", "mode", "size", "label"))  # the record's ke
 _REPEATED = ["label", "width", "height", "mode", "record"]  # columns whose values repeat: dictionary-encoded
 
 
-def kept_in_manifest(paths: Iterable[Path | str]) -> str | None:
+def kept_in_manifest(paths: Iterable[str]) -> str | None:
     """Why the records of inputs at ``paths`` stay in the manifest (a note), or None when the table takes
     them: pyarrow missing, or a path that is no text (a file name of bytes that are not UTF-8 cannot be a
     Parquet string)."""
@@ -35,7 +35,7 @@ def kept_in_manifest(paths: Iterable[Path | str]) -> str | None:
         import pyarrow.parquet  # noqa: F401
     except ImportError:
         return "the inputs' records are in the manifest: pyarrow (the data extra) would write inputs.parquet"
-    names = [str(path) for path in paths]
+    names = paths if isinstance(paths, list) else list(paths)
     try:
         "".join(names).encode("utf-8")  # (100,000 names: 3 ms; one by one: 70)
     except UnicodeEncodeError:
@@ -197,14 +197,18 @@ def _as_table(records: list[dict[str, Any]], start: int, text: bool) -> Any:
 def _array(pa: Any, values: Sequence[Any], kind: Any) -> Any:
     """A column of integers or text (None: null), made from its buffers: pyarrow's conversion of Python
     objects first imports pandas (0.2 s a capture) to ask whether they are pandas'."""
-    count = len(values)
-    valid = np.fromiter((v is not None for v in values), dtype=bool, count=count)
-    nulls = count - int(valid.sum())
-    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    count, nulls, bitmap = len(values), values.count(None), None
+    if nulls:
+        valid = np.fromiter((v is not None for v in values), dtype=bool, count=count)
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
     if kind == pa.int64():
-        data = np.fromiter((0 if v is None else v for v in values), dtype=np.int64, count=count)
+        data = (
+            np.fromiter((0 if v is None else v for v in values), dtype=np.int64, count=count)
+            if nulls
+            else np.array(values, dtype=np.int64)
+        )
         return pa.Array.from_buffers(kind, count, [bitmap, pa.py_buffer(data)], null_count=nulls)
-    texts = ["" if v is None else v for v in values]
+    texts = ["" if v is None else v for v in values] if nulls else values
     joined = "".join(texts)
     encoded = joined.encode("utf-8")
     sizes = map(len, texts) if len(encoded) == len(joined) else (len(t.encode("utf-8")) for t in texts)

@@ -191,7 +191,7 @@ class Writer:
             block = 4096
         return self.needed + max(len(self.streams), 1) * len(self.formats) * (HEADER_BYTES + block)
 
-    def start(self, run: dict[str, Any], inputs: list[Path] | None = None) -> None:
+    def start(self, run: dict[str, Any], inputs: list[str] | None = None) -> None:
         """What stays the same for the whole run (options, the inputs), written once, for --resume; the
         inputs' table started (``inputs``: their paths; None, a random input: no table)."""
         if self.resumed is None:
@@ -294,7 +294,7 @@ class Writer:
         header = dict(header)
         records = header.get("inputs")
         if isinstance(records, list) and records and not any(r.get("random") for r in records):
-            paths = (r.get("path") for r in records)
+            paths = [str(r.get("path")) for r in records]
             kept = None if self.table is not None else inputtable.kept_in_manifest(paths)
             if kept is None:  # the inputs' records beside the tensors, the manifest keeps a count
                 header["inputs"] = self._table(records)
