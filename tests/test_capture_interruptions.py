@@ -16,6 +16,7 @@ from pathlib import Path
 import forkrun
 import pytest
 from conftest import SKIMAGE_DATA, WAIT_S, free_port, inputs_of
+from helpers import in_session
 from test_capture_dataset import _photos, _progress
 from test_capture_runs import PLUGIN
 
@@ -120,20 +121,7 @@ def test_a_worker_blocked_on_a_full_pipe_exits_with_its_killed_parent(tmp_path: 
         env={**os.environ, "HOOKDUMP_TEST_KILL_AT": "checkpoint-1"},
     )  # fmt: skip
     assert run.wait(timeout=DEADLINE) == -signal.SIGKILL
-    _wait_until(lambda: not _in_session(run.pid), "the orphaned worker exited", seconds=60)
-
-
-def _in_session(session: int) -> list[int]:
-    """The live processes of a session (``start_new_session``: the first one's pid)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().split(") ")[-1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == session and fields[0] not in "ZX":
-            found.append(int(stat.parent.name))
-    return found
+    _wait_until(lambda: not in_session(run.pid), "the orphaned worker exited", seconds=60)
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import in_session
 from PIL import Image
 
 from hookdump.errors import InputError
@@ -96,22 +97,9 @@ SLOW_CHECKS = """
 """
 
 
-def _in_session(session: int) -> list[int]:
-    """The live processes of a session (``start_new_session``: the first one's pid)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().split(") ")[-1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == session and fields[0] not in "ZX":
-            found.append(int(stat.parent.name))
-    return found
-
-
 def _gone(session: int, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
-    while _in_session(session):
+    while in_session(session):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
@@ -131,14 +119,14 @@ def test_no_child_outlives_its_parent(sig: int, check: float, within: float) -> 
     )  # fmt: skip
     try:
         assert run.stdout is not None and run.stdout.readline() == "forked\n"
-        assert len(_in_session(run.pid)) == 3
+        assert len(in_session(run.pid)) == 3
         os.kill(run.pid, sig)
         run.wait(timeout=60)
-        assert _gone(run.pid, within), _in_session(run.pid)
+        assert _gone(run.pid, within), in_session(run.pid)
     finally:
         if run.poll() is None:
             run.kill()
-        for pid in _in_session(run.pid):
+        for pid in in_session(run.pid):
             os.kill(pid, signal.SIGKILL)
 
 
