@@ -16,7 +16,7 @@ from ..errors import InputError, UsageError
 from ..model.sources.timm.names import ALIASES
 from ..units import first_few
 from . import classfolders, forks, shards, tables
-from .images import check_image, describe, digest, labels, open_image
+from .images import check_image, describe, digest, labels, load_formats, open_image
 from .transforms import model_mode
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
@@ -140,6 +140,8 @@ def _kept(
 ) -> list[Path]:
     """The paths that pass ``check`` (spread over processes when there are many: ``forks``); a failure
     raises, or with ``skipped`` is recorded there (and in ``where`` the number of paths kept before it)."""
+    if forks.processes(len(paths)) > 1:
+        load_formats()
     kept: list[Path] = []
     last = 0
     for index, exc in forks.failures(paths, check, first_only=skipped is None):

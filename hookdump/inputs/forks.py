@@ -30,7 +30,8 @@ def failures(paths: Sequence[Path], check: Callable[[Path], None], first_only: b
     if count == 1:
         return _checked(paths, 0, len(paths), check, first_only)
     bounds = [len(paths) * k // count for k in range(count + 1)]
-    found = _checked(paths, 0, 1, check, first_only)  # before any fork: what a check imports, imported once
+    found = _checked(paths, 0, 1, check, first_only)  # before any fork: what a check imports (the caller
+    # imports the rest: a child importing could wait forever on a lock another thread held at the fork)
     if found and first_only:
         return found
     children: dict[int, int] = {}  # a child's pid: the pipe its failures come through

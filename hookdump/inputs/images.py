@@ -34,6 +34,14 @@ def check_image(path: Path, image_key: str | None = None) -> None:
             raise _unreadable(f"Input `{path}`", exc) from exc
 
 
+def load_formats() -> None:
+    """Import Pillow's reader of every format now: a check in a forked process must import nothing (a
+    thread of the parent's may have held an import's lock at the fork, and the child would wait on it)."""
+    from PIL import Image
+
+    Image.init()
+
+
 def digest(path: Path | str, image_key: str | None = None) -> str:
     """The sha256 of an input: of its file, or of the image bytes of a shard's sample or a table's row."""
     encoded = _encoded(path, image_key)
