@@ -188,10 +188,11 @@ def plan(
     where: list[int] = []  # how many images come before each skipped file
     walk_notes: list[str] = []
     progress = outdir.read_progress(opts.out) if opts.resume and source is not None else None
-    unchanged: frozenset[str] = frozenset()  # inputs already captured, hashed again: their headers are good
+    journal: list[dict[str, Any]] = []  # the records of the inputs already captured, each hashed again
     if progress is not None:  # (under torchrun each rank checks its own shard's)
         with profile.span("resume check"):
-            unchanged = outdir.check_inputs_unchanged(opts.out, progress)
+            journal = outdir.check_inputs_unchanged(opts.out, progress)
+    unchanged = frozenset(record["path"] for record in journal)  # (their headers are good)
     paths = (
         files.collect(source, (opts.out,), skipped if opts.skip_bad else None, where, walk_notes, unchanged)
         if source
@@ -270,7 +271,7 @@ def plan(
         load_real()  # weights from a hub or a download: only getting them tells whether they can be had
     return CapturePlan(
         tree, targets, spec, opts, source, paths, config, notes, load_real, sizes, needed, skipped, progress,
-        shard, save_as, channels_last, prefix_tokens, class_token, origin.record, origin.rerun,
+        shard, save_as, channels_last, prefix_tokens, class_token, origin.record, origin.rerun, journal,
     )  # fmt: skip
 
 

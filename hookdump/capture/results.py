@@ -105,6 +105,7 @@ class CapturePlan:
     class_token: bool = False  # whether the first of them is a class token (timm's ``cls_token``)
     model_record: dict[str, Any] = field(default_factory=dict)  # the source's keys of the manifest's model
     rerun: str = ""  # the options record's model (a caller's module: its class and state-dict digest)
+    journal: list[dict[str, Any]] = field(default_factory=list)  # --resume: the captured inputs' records
 
     @property
     def modules(self) -> list[ModuleInfo]:

@@ -47,7 +47,14 @@ def run(
     options_record = header.options_record(source, list(layer_specs), spec, opts, found.rerun)
     input_list = [str(p) for p in found.paths]
     with sinks.Writer(
-        opts.out, opts.formats, opts.save_dtype, opts.overwrite, opts.resume, shard_bytes, found.total_bytes
+        opts.out,
+        opts.formats,
+        opts.save_dtype,
+        opts.overwrite,
+        opts.resume,
+        shard_bytes,
+        found.total_bytes,
+        planned=(found.progress, found.journal),
     ) as writer:
         if opts.overwrite:  # what an interrupted torchrun capture left goes too
             shutil.rmtree(opts.out / parallel.RANKS_FOLDER, ignore_errors=True)

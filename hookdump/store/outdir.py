@@ -194,10 +194,10 @@ def read_inputs(out: Path, batches: int | None = None) -> list[dict[str, Any]]:
     ]
 
 
-def check_inputs_unchanged(out: Path, progress: dict[str, Any]) -> frozenset[str]:
+def check_inputs_unchanged(out: Path, progress: dict[str, Any]) -> list[dict[str, Any]]:
     """``--resume``: each input whose rows are already on disk still holds what was read then (its sha256),
-    so the finished files are all of today's inputs. Only those inputs are hashed again; they are returned
-    (each decoded then, the same bytes now: no header of theirs needs checking again)."""
+    so the finished files are all of today's inputs. Only those inputs are hashed again; their records are
+    returned (each decoded then, the same bytes now: no header of theirs needs checking again)."""
     options = progress.get("options") or {}
     image_key = options.get("image_key") or options.get("image_column")  # the inputs' image member or column
     records = read_inputs(out, int(progress.get("batches", 0)))
@@ -215,7 +215,7 @@ def check_inputs_unchanged(out: Path, progress: dict[str, Any]) -> frozenset[str
                 "Put the original file back and rerun with --resume, or rerun with --overwrite to capture"
                 " every input again.",
             )
-    return frozenset(record["path"] for record in records)
+    return records
 
 
 #: The longest layer name a file may carry: file systems allow 255 bytes, and hookdump adds suffixes

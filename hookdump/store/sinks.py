@@ -78,8 +78,12 @@ class Writer:
         shard_bytes: int | None = None,
         needed: int | None = None,
         command: str = "capture",
+        planned: tuple[dict[str, Any] | None, list[dict[str, Any]]] = (None, []),
     ) -> None:
         self.out = out
+        # --resume: the progress and the journal's records as the plan read them (before this run held the
+        # folder's lock): the records are taken when the progress read under the lock is the same
+        self.planned = planned
         self.command = command  # who writes (``merge`` too), as a refusal names it
         self.needed = needed  # bytes the capture writes in all (``budget.total``), for a full disk's message
         self.formats = formats
@@ -148,6 +152,7 @@ class Writer:
         self._keep_scratch = True  # the interrupted run's: kept, whatever fails here
         self.resumed = outdir.read_progress(self.out)
         assert self.resumed is not None, "outdir.check makes sure"
+        as_planned = self.planned[0] == self.resumed  # nothing written since the plan read it
         self.images_done = int(self.resumed.get("images", 0))
         for state in self.resumed["streams"]:  # all checked before any is touched
             check_holds(self.scratch, key_from_json(state["key"])[0], state)
@@ -156,7 +161,7 @@ class Writer:
         self.resumed["classes"] = [int(c) for line in kept for c in line.split()]
         with profile.span("records"):
             _keep_lines(self.scratch / INPUTS, batches)
-            self.records = outdir.read_inputs(self.out, batches)
+            self.records = list(self.planned[1]) if as_planned else outdir.read_inputs(self.out, batches)
         for state in self.resumed["streams"]:
             key = key_from_json(state["key"])
             self.streams[key] = NpyStream.reopen(self.scratch, key[0], state, self.direct)
