@@ -150,7 +150,9 @@ def test_a_fork_refused_leaves_its_slice_to_the_parent(
     def whose(path: Path) -> None:
         raise InputError(f"{os.getpid()} {path.name}")
 
+    open_files = len(os.listdir("/proc/self/fd"))
     found = forks.failures(paths, whose, first_only=False)
+    assert len(os.listdir("/proc/self/fd")) == open_files  # the pipes closed, the refused fork's too
     assert [exc.message.split()[1] for _, exc in found] == [p.name for p in paths]
     pids = [exc.message.split()[0] for _, exc in found]
     assert pids[6:] == [str(os.getpid())] * 3 and len(set(pids)) == 2  # slice 2 here, slice 1 in a child

@@ -87,7 +87,12 @@ def _fork(
 ) -> tuple[int, int]:
     """A child checking ``paths[start:stop]``: its pid, and the pipe its failures come through."""
     read, write = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read)
+        os.close(write)
+        raise
     if pid:
         os.close(write)
         return pid, read
