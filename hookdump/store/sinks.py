@@ -299,8 +299,9 @@ class Writer:
         header = dict(header)
         records = header.get("inputs")
         if isinstance(records, list) and records and not any(r.get("random") for r in records):
-            paths = [str(r.get("path")) for r in records]
-            kept = None if self.table is not None else inputtable.kept_in_manifest(paths)
+            # (the table written as the batches landed was allowed at start: the names are not checked again)
+            names = None if self.table is not None else [str(r.get("path")) for r in records]
+            kept = None if names is None else inputtable.kept_in_manifest(names)
             if kept is None:  # the inputs' records beside the tensors, the manifest keeps a count
                 header["inputs"] = self._table(records)
                 moves[inputtable.TABLE] = inputtable.TABLE
