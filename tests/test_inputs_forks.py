@@ -1,8 +1,10 @@
-"""The preflight's checks of many inputs, spread over forked processes (``inputs/forks.py``): the same answer
-as one process checking each input in order, and no process left behind however the run stops."""
+"""The preflight's (and --resume's) checks of many inputs, spread over forked processes (``inputs/forks.py``):
+the same answer as one process checking each input in order, and no process left behind however the run
+stops."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -11,6 +13,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import forkrun
 import numpy as np
 import pytest
 from helpers import in_session
@@ -19,6 +22,7 @@ from PIL import Image
 from hookdump.errors import InputError
 from hookdump.inputs import files, forks
 from hookdump.inputs.files import InputSpec
+from hookdump.store import outdir
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="inputs are checked in one process elsewhere")
 
@@ -156,3 +160,31 @@ def test_a_fork_refused_leaves_its_slice_to_the_parent(
     assert [exc.message.split()[1] for _, exc in found] == [p.name for p in paths]
     pids = [exc.message.split()[0] for _, exc in found]
     assert pids[6:] == [str(os.getpid())] * 3 and len(set(pids)) == 2  # slice 2 here, slice 1 in a child
+
+
+@pytest.mark.usefixtures("three")
+def test_resume_hashes_the_captured_inputs_spread_and_names_the_first_changed(tmp_path: Path) -> None:
+    """``--resume``'s check that each input already captured still holds its bytes runs in the three
+    processes too, and names the first changed input in input order, though a child found it."""
+    paths = _tiny(tmp_path / "p", 30)
+    out = tmp_path / "out"
+    args = ["capture", "-m", "test_resnet", "--input-size", "3,16,16", "-l", "layer1", str(tmp_path / "p")]
+    killed = forkrun.run(
+        [*args, "--batch-size", "2", "-o", str(out)],
+        env={**os.environ, "HOOKDUMP_TEST_KILL_AT": "checkpoint-12"},
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    progress = outdir.read_progress(out)
+    assert progress is not None and progress["batches"] == 12
+    originals = {i: paths[i].read_bytes() for i in (7, 20)}
+    paths[20].write_bytes(originals[20][:-1] + b"\0")  # in the last child's slice (inputs 16 to 23)
+    with pytest.raises(InputError, match=r"020\.png.* changed since"):
+        outdir.check_inputs_unchanged(out, progress)
+    paths[7].write_bytes(b"")  # in the parent's slice, before the other
+    with pytest.raises(InputError, match=r"007\.png.*changed since"):
+        outdir.check_inputs_unchanged(out, progress)
+    for i, data in originals.items():
+        paths[i].write_bytes(data)
+    records = outdir.check_inputs_unchanged(out, progress)
+    assert [r["path"] for r in records] == [str(p) for p in paths[:24]]
+    assert [r["sha256"] for r in records] == [hashlib.sha256(p.read_bytes()).hexdigest() for p in paths[:24]]

@@ -1,5 +1,6 @@
 """A check of many inputs spread over forked processes (Linux): the preflight's header check of 100,000
-inputs takes seconds on one core, and ``--dry-run`` decodes every input.
+inputs takes seconds on one core, ``--dry-run`` decodes every input, and ``--resume`` hashes again every input
+already captured.
 
 The inputs are cut into one slice a process. The parent checks the first slice itself while each child
 checks one of the others; a child sends back its slice's failures and exits. Its work is bounded, so a child
@@ -14,23 +15,24 @@ import pickle
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from typing import TypeVar
 
 from ..errors import HookdumpError
 
 AT_LEAST = 4096  # inputs a child must have to be worth its fork (a fork of a process holding torch: ~20 ms)
 
+T = TypeVar("T")  # an input: its path, or its record (--resume's hashes of the inputs already captured)
 Failure = tuple[int, HookdumpError]  # an input's index, and why its check refused it
 
 
-def failures(paths: Sequence[Path], check: Callable[[Path], None], first_only: bool) -> list[Failure]:
+def failures(items: Sequence[T], check: Callable[[T], None], first_only: bool) -> list[Failure]:
     """Each input that ``check`` refuses (a HookdumpError), in input order; ``first_only``: the first alone
     (none of the others is checked after it)."""
-    count = processes(len(paths))
+    count = processes(len(items))
     if count == 1:
-        return _checked(paths, 0, len(paths), check, first_only)
-    bounds = [len(paths) * k // count for k in range(count + 1)]
-    found = _checked(paths, 0, 1, check, first_only)  # before any fork: what a check imports (the caller
+        return _checked(items, 0, len(items), check, first_only)
+    bounds = [len(items) * k // count for k in range(count + 1)]
+    found = _checked(items, 0, 1, check, first_only)  # before any fork: what a check imports (the caller
     # imports the rest: a child importing could wait forever on a lock another thread held at the fork)
     if found and first_only:
         return found
@@ -39,19 +41,19 @@ def failures(paths: Sequence[Path], check: Callable[[Path], None], first_only: b
     try:
         for k in range(1, count):
             try:
-                pid, pipe = _fork(paths, bounds[k], bounds[k + 1], check, first_only)
+                pid, pipe = _fork(items, bounds[k], bounds[k + 1], check, first_only)
             except OSError:  # no process to be had (a limit on processes, memory): checked here
                 owners.append(None)
                 continue
             children[pid] = pipe
             owners.append(pid)
-        found += _checked(paths, 1, bounds[1], check, first_only)
+        found += _checked(items, 1, bounds[1], check, first_only)
         for k, owner in enumerate(owners, start=1):
             if found and first_only:
                 break
             theirs = None if owner is None else _gathered(owner, children.pop(owner))
             if theirs is None:  # no child, or it died: the slice here
-                theirs = _checked(paths, bounds[k], bounds[k + 1], check, first_only)
+                theirs = _checked(items, bounds[k], bounds[k + 1], check, first_only)
             found += theirs
         return found[:1] if first_only else found
     finally:
@@ -69,12 +71,12 @@ def processes(inputs: int) -> int:
 
 
 def _checked(
-    paths: Sequence[Path], start: int, stop: int, check: Callable[[Path], None], first_only: bool
+    items: Sequence[T], start: int, stop: int, check: Callable[[T], None], first_only: bool
 ) -> list[Failure]:
     found: list[Failure] = []
     for index in range(start, stop):
         try:
-            check(paths[index])
+            check(items[index])
         except HookdumpError as exc:
             found.append((index, exc))
             if first_only:
@@ -83,9 +85,9 @@ def _checked(
 
 
 def _fork(
-    paths: Sequence[Path], start: int, stop: int, check: Callable[[Path], None], first_only: bool
+    items: Sequence[T], start: int, stop: int, check: Callable[[T], None], first_only: bool
 ) -> tuple[int, int]:
-    """A child checking ``paths[start:stop]``: its pid, and the pipe its failures come through."""
+    """A child checking ``items[start:stop]``: its pid, and the pipe its failures come through."""
     read, write = os.pipe()
     try:
         pid = os.fork()
@@ -101,7 +103,7 @@ def _fork(
         os.close(read)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        found = _checked(paths, start, stop, check, first_only)
+        found = _checked(items, start, stop, check, first_only)
         data = pickle.dumps([(i, type(exc), exc.message, exc.hint) for i, exc in found])
         with os.fdopen(write, "wb") as pipe:
             pipe.write(data)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, UsageError
+from ..inputs import forks
 from ..inputs.images import digest as input_digest
 from . import claims
 from .claims import check_folder
@@ -196,12 +197,13 @@ def read_inputs(out: Path, batches: int | None = None) -> list[dict[str, Any]]:
 
 def check_inputs_unchanged(out: Path, progress: dict[str, Any]) -> list[dict[str, Any]]:
     """``--resume``: each input whose rows are already on disk still holds what was read then (its sha256),
-    so the finished files are all of today's inputs. Only those inputs are hashed again; their records are
-    returned (each decoded then, the same bytes now: no header of theirs needs checking again)."""
+    so the finished files are all of today's inputs. Only those inputs are hashed again (spread over the
+    cores, ``forks``); their records are returned (each decoded then, the same bytes now: no header of
+    theirs needs checking again)."""
     options = progress.get("options") or {}
     image_key = options.get("image_key") or options.get("image_column")  # the inputs' image member or column
-    records = read_inputs(out, int(progress.get("batches", 0)))
-    for record in records:
+
+    def unchanged(record: dict[str, Any]) -> None:
         path, digest = record["path"], record["sha256"]
         try:
             now = input_digest(path, image_key)
@@ -215,6 +217,10 @@ def check_inputs_unchanged(out: Path, progress: dict[str, Any]) -> list[dict[str
                 "Put the original file back and rerun with --resume, or rerun with --overwrite to capture"
                 " every input again.",
             )
+
+    records = read_inputs(out, int(progress.get("batches", 0)))
+    for _, exc in forks.failures(records, unchanged, first_only=True):
+        raise exc
     return records
 
 
