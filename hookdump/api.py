@@ -190,7 +190,7 @@ def plan(
     progress = outdir.read_progress(opts.out) if opts.resume and source is not None else None
     journal: list[dict[str, Any]] = []  # the records of the inputs already captured, each hashed again
     if progress is not None:  # (under torchrun each rank checks its own shard's)
-        with profile.span("resume check"):
+        with profile.span("resume check", forks=True):
             journal = outdir.check_inputs_unchanged(opts.out, progress)
     unchanged = frozenset(record["path"] for record in journal)  # (their headers are good)
     paths = (

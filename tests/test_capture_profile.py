@@ -13,6 +13,7 @@ import pytest
 
 from hookdump import api
 from hookdump.errors import UsageError
+from hookdump.inputs import forks
 from hookdump.inputs.files import InputSpec
 from hookdump.store import profile
 
@@ -50,6 +51,25 @@ def test_a_span_counts_its_wall_time_and_its_threads_cpu_time_apart() -> None:
     profile.reset()
     assert spans["nap"] >= 0.1 and spans["nap cpu"] < spans["nap"] / 2
     assert 0 < spans["work cpu"] <= spans["work"] + 0.001
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="checks are spread over forked processes on Linux alone")
+def test_a_span_over_forked_checks_counts_the_childrens_cpu_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--resume``'s check hashes in forked processes: its span's CPU time is theirs and the parent's."""
+    monkeypatch.setattr(forks, "processes", lambda inputs: 3)
+
+    def burn(item: int) -> None:
+        end = time.thread_time() + 0.02
+        while time.thread_time() < end:
+            pass
+
+    profile.reset()
+    for name, counted in (("parent", False), ("all", True)):
+        with profile.span(name, forks=counted):
+            forks.failures(range(30), burn, first_only=False)  # 0.2 s of CPU in each of the three
+    spans = dict(profile.seconds)
+    profile.reset()
+    assert 0.15 < spans["parent cpu"] < 0.3 and spans["all cpu"] > 0.55, spans
 
 
 def test_a_users_file_where_the_profile_goes_is_refused_before_any_work(

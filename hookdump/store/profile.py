@@ -43,16 +43,26 @@ def add(name: str, since: float) -> float:
 
 
 @contextlib.contextmanager
-def span(name: str) -> Iterator[None]:
+def span(name: str, forks: bool = False) -> Iterator[None]:
     """Time the block under ``name``, and the CPU time this thread spent in it under ``name cpu`` (which
-    leaves out waiting: for the disk in an fsync, for another thread holding the interpreter)."""
-    start, cpu = clock(), time.thread_time()
+    leaves out waiting: for the disk in an fsync, for another thread holding the interpreter); ``forks``:
+    with the CPU time of the child processes the block forked and waited for (``inputs/forks.py``). Only on
+    the main thread: nothing else may reap a child meanwhile (a decoding worker's seconds would count)."""
+    start, cpu = clock(), _cpu(forks)
     try:
         yield
     finally:
         add(name, start)
         with _lock:
-            seconds[f"{name} cpu"] = seconds.get(f"{name} cpu", 0.0) + time.thread_time() - cpu
+            seconds[f"{name} cpu"] = seconds.get(f"{name} cpu", 0.0) + _cpu(forks) - cpu
+
+
+def _cpu(forks: bool) -> float:
+    """This thread's CPU time, with that of every child process waited for when ``forks``."""
+    if not forks:
+        return time.thread_time()
+    children = os.times()
+    return time.thread_time() + children.children_user + children.children_system
 
 
 def reset() -> None:
