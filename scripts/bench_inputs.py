@@ -22,10 +22,13 @@ the workers' sha256 of each input's bytes, timed here), and the wall time of the
 it counts the journal's fsync and the writer thread's waits for the interpreter while the model runs);
 goal under 2%, with a manifest under 1 MB. ``--records 100000 --images 0`` times
 the records alone. ``--preflight N`` times the preflight's checks of N tiny inputs (each header, and
-``--dry-run``'s decoding) spread over forked processes against one process.
+``--dry-run``'s decoding) spread over forked processes against one process. ``--marginal R`` (with
+``--records N``) measures the records' cost by its effect: R paired rounds of the whole capture with the
+records' work in the main process done once and done twice (patched in this script's own process, the
+second copy into a folder of its own); the difference is what one copy costs the wall time.
 
     .venv/bin/python scripts/bench_inputs.py [--images 512] [--shards 8] [--rounds 3] [--records 0]
-        [--preflight 0]
+        [--preflight 0] [--marginal 0]
 """
 
 from __future__ import annotations
@@ -77,6 +80,74 @@ def worker(kind: str, args: list[str]) -> None:
         for x in loader:
             model(x)
     np.save(out, torch.cat(kept).numpy())
+
+
+def capture_worker(twice: bool, args: list[str]) -> None:
+    """``hookdump capture ARGS`` in this process (``hookdump.cli.app.main``, as the console script);
+    ``twice``: with the inputs' records' work in the main process done twice, the second copy into a folder
+    of its own (the journal's JSON and its appending with an fsync, the table's rows and its finishing, the
+    names' check, the records gathered at the end): the A/B whose difference is what that work costs."""
+    from hookdump.cli import process
+
+    process.keep_freed_memory()  # as main() does, and before the patches import torch: libgomp and malloc
+    process.short_spin()  # read these settings when torch loads (without them, a run took 18% longer)
+    if twice:
+        _records_twice()
+    from hookdump.cli.app import main
+
+    sys.argv = ["hookdump", *args]
+    main()
+
+
+def _records_twice() -> None:
+    """Patch what the ``records`` spans run so that it runs twice (a shadow journal and table)."""
+    import json
+    import types
+    from typing import Any
+
+    from hookdump.capture import run as capture_run
+    from hookdump.inputs import classfolders
+    from hookdump.store import inputtable, sinks
+
+    shadow = Path(os.environ["HOOKDUMP_BENCH_SHADOW"])  # (made and removed by records_marginal)
+    table: Any = inputtable.Rows
+    append = sinks._append_line
+
+    def twice(module: Any, name: str) -> None:  # module.name(...) called twice, the second result kept
+        once = getattr(module, name)
+        setattr(module, name, lambda *a, **kw: (once(*a, **kw), once(*a, **kw))[1])
+
+    def append_twice(path: Path, line: str) -> None:
+        append(path, line)
+        append(shadow / path.name, line)
+
+    class Rows(table):  # type: ignore[misc]
+        def __init__(self, path: Path, replay: Any) -> None:
+            super().__init__(path, replay)
+            self.shadow = table(shadow / path.name, replay)
+
+        def add(self, records: Any) -> None:
+            records = list(records)
+            super().add(records)
+            self.shadow.add(records)
+
+        def close(self) -> Any:
+            self.shadow.close()
+            return super().close()
+
+        def discard(self) -> None:
+            self.shadow.discard()
+            super().discard()
+
+    own_json = types.SimpleNamespace(dumps=json.dumps)
+    twice(own_json, "dumps")
+    setattr(sinks, "json", own_json)  # the journal's JSON (sinks' only use of json)  # noqa: B010
+    sinks._append_line = append_twice
+    inputtable.Rows = Rows  # type: ignore[misc]
+    twice(inputtable, "kept_in_manifest")
+    for name in ("input_records", "frame_notes"):
+        twice(capture_run, name)
+    twice(classfolders, "note")
 
 
 def me(kind: str, *args: object) -> list[str]:
@@ -188,6 +259,38 @@ def records_cost(work: Path, count: int, rounds: int) -> None:
     print(f"  the workers' sha256 of an input's bytes: {hashing * 1e6:.1f} us (counted above, an input each)")
 
 
+def records_marginal(work: Path, count: int, rounds: int) -> None:
+    """The records' cost measured by what it does to the wall time: the whole capture of ``count`` tiny
+    inputs with their records' work done once and twice (``capture_worker``), in paired rounds whose order
+    alternates; the median of the rounds' differences, and their spread."""
+    folder = work / "tiny" if (work / "tiny").is_dir() else tiny(work / "tiny", count)
+    out = work / "out-marginal"
+    args = ["capture", "-m", "test_resnet", "--input-size", "3,16,16", "-l", "layer1", "--reduce", "mean",
+            "--batch-size", "256", str(folder), "-o", str(out), "-q"]  # fmt: skip
+    walls: dict[str, list[float]] = {"once": [], "twice": []}
+    shadow = work / "shadow"
+    os.environ["HOOKDUMP_BENCH_SHADOW"] = str(shadow)
+    for r in range(rounds):
+        for case in ("once", "twice") if r % 2 == 0 else ("twice", "once"):
+            shutil.rmtree(out, ignore_errors=True)
+            shutil.rmtree(shadow, ignore_errors=True)
+            shadow.mkdir()
+            walls[case].append(run(me(case, *args))[0])
+        print(f"  round {r + 1}/{rounds} once {walls['once'][-1]:.1f}s, twice {walls['twice'][-1]:.1f}s",
+              file=sys.stderr)  # fmt: skip
+    shutil.rmtree(out, ignore_errors=True)
+    once = statistics.median(walls["once"])
+    shares = sorted(100 * (t - o) / o for o, t in zip(walls["once"], walls["twice"], strict=True))
+    hashing = 100 * _hashing(folder) * count / once  # in the decoding workers: not doubled, counted whole
+    print(f"the records' work done twice against once, {count} tiny inputs, {rounds} paired rounds:")
+    print(f"  once {once:.1f} s, twice {statistics.median(walls['twice']):.1f} s (medians)")
+    print(
+        f"  what a second copy of the work adds: {statistics.median(shares):+.2f}% of the wall (median of the"
+        f" rounds' differences; they range {shares[0]:+.2f}% to {shares[-1]:+.2f}%); with the workers'"
+        f" hashing ({hashing:.2f}%): {statistics.median(shares) + hashing:.2f}% (goal < 2%)"
+    )
+
+
 def _hashing(folder: Path, sample: int = 2000) -> float:
     """Seconds the decoding worker spends hashing one tiny input's bytes (read already, to decode them)."""
     import hashlib
@@ -233,6 +336,9 @@ def preflight_cost(work: Path, count: int, rounds: int) -> None:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--worker"] and sys.argv[2] in ("once", "twice"):  # (its arguments are hookdump's)
+        capture_worker(sys.argv[2] == "twice", sys.argv[3:])
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=512)
     parser.add_argument("--shards", type=int, default=8)
@@ -240,6 +346,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--records", type=int, default=0)
     parser.add_argument("--preflight", type=int, default=0)
+    parser.add_argument("--marginal", type=int, default=0)
     parser.add_argument("--worker", nargs="+")
     args = parser.parse_args()
     if args.worker:
@@ -249,8 +356,10 @@ def main() -> None:
         work = Path(tmp)
         if args.images:
             tar_against_files(work, args)
-        if args.records:
+        if args.records and args.rounds:
             records_cost(work, args.records, args.rounds)
+        if args.records and args.marginal:
+            records_marginal(work, args.records, args.marginal)
         if args.preflight:
             preflight_cost(work, args.preflight, args.rounds)
 
