@@ -281,12 +281,15 @@ def records_marginal(work: Path, count: int, rounds: int) -> None:
     shutil.rmtree(out, ignore_errors=True)
     once = statistics.median(walls["once"])
     shares = sorted(100 * (t - o) / o for o, t in zip(walls["once"], walls["twice"], strict=True))
+    mean = statistics.mean(shares)
+    error = statistics.stdev(shares) / math.sqrt(rounds) if rounds > 1 else math.nan
     hashing = 100 * _hashing(folder) * count / once  # in the decoding workers: not doubled, counted whole
     print(f"the records' work done twice against once, {count} tiny inputs, {rounds} paired rounds:")
     print(f"  once {once:.1f} s, twice {statistics.median(walls['twice']):.1f} s (medians)")
     print(
         f"  what a second copy of the work adds: {statistics.median(shares):+.2f}% of the wall (median of the"
-        f" rounds' differences; they range {shares[0]:+.2f}% to {shares[-1]:+.2f}%); with the workers'"
+        f" rounds' differences; they range {shares[0]:+.2f}% to {shares[-1]:+.2f}%, their mean"
+        f" {mean:+.2f}% with a standard error of {error:.2f}%); with the workers'"
         f" hashing ({hashing:.2f}%): {statistics.median(shares) + hashing:.2f}% (goal < 2%)"
     )
 
