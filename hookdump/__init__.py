@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from .version import __version__
 
 if TYPE_CHECKING:
-    from .store.reader import Capture
+    from .store.folder.reader import Capture
 
 __all__ = ["__version__", "open"]
 
@@ -16,8 +16,10 @@ __all__ = ["__version__", "open"]
 def open(out: str | os.PathLike[str]) -> Capture:
     """A capture folder as a mapping of tensor name to memory-mapped array: ``open("out")["layer1"]``.
 
-    See :class:`hookdump.store.reader.Capture`.
+    See :class:`hookdump.store.folder.reader.Capture`.
     """
-    from .store.reader import Capture  # here for speed: numpy loads on the first call, not on import hookdump
+    from .store.folder.reader import (
+        Capture,  # here for speed: numpy loads on the first call, not on import hookdump
+    )
 
     return Capture(out)

@@ -24,8 +24,10 @@ from .model.device import resolve_device
 from .model.sources import module as module_source
 from .model.spec import DEFAULT_MODEL, ModelSpec
 from .pictures.draw import capture_pictures
-from .store import commit, outdir, profile, sinks
-from .store.reader import finished_manifest
+from .store.folder import commit, outdir, profile
+from .store.folder.journal import SCRATCH, check_inputs_unchanged, check_same_run, read_progress
+from .store.folder.reader import finished_manifest
+from .store.formats import choices
 
 T = TypeVar("T")
 #: A model as the API takes it: a name (timm, a Twins alias, ``tv:NAME``), a ``ModelSpec``, or a module.
@@ -164,7 +166,7 @@ def plan(
             which decodes them anyway, turns it off.
     """
     opts = dataclasses.replace(options or CaptureOptions(), **option_values)
-    opts = dataclasses.replace(opts, out=Path(opts.out), formats=sinks.parse_formats(opts.formats))
+    opts = dataclasses.replace(opts, out=Path(opts.out), formats=choices.parse_formats(opts.formats))
     checks.check_options(opts)
     on_ranks = parallel.world()[1] > 1 and opts.shard is None  # torchrun: each rank plans its shard again
     spec = _model_spec(model, transform)
@@ -187,11 +189,11 @@ def plan(
     skipped: list[dict[str, str]] = []
     where: list[int] = []  # how many images come before each skipped file
     walk_notes: list[str] = []
-    progress = outdir.read_progress(opts.out) if opts.resume and source is not None else None
+    progress = read_progress(opts.out) if opts.resume and source is not None else None
     journal: list[dict[str, Any]] = []  # the records of the inputs already captured, each hashed again
     if progress is not None:  # (under torchrun each rank checks its own shard's)
         with profile.span("resume check", forks=True):
-            journal = outdir.check_inputs_unchanged(opts.out, progress)
+            journal = check_inputs_unchanged(opts.out, progress)
     unchanged = frozenset(record["path"] for record in journal)  # (their headers are good)
     paths = (
         files.collect(source, (opts.out,), skipped if opts.skip_bad else None, where, walk_notes, unchanged)
@@ -252,7 +254,7 @@ def plan(
         first, last = shard["first_row"], shard["first_row"] + shard["rows"]  # its own skipped files only
         skipped = [s for s, k in zip(skipped, where, strict=True) if first <= k < last or k == last == total]
     if progress is not None:  # the inputs it captures (a shard's)
-        outdir.check_same_run(progress, record, [str(p) for p in paths])
+        check_same_run(progress, record, [str(p) for p in paths])
     elif opts.resume and source is not None and outdir.nothing_written(opts.out):
         notes.append(outdir.starts_again(opts.out))  # killed before its first batch: the writer starts over
     if decode and source is not None:  # what the run decodes (this shard's): refused where it would be
@@ -266,7 +268,7 @@ def plan(
     sizes = budget.per_layer(found, targets, opts, rows, channels_last)
     needed = budget.total(sizes, opts)
     notes += filter(None, [budget.shard_size_note(sizes, opts)])
-    budget.check_fits(needed, opts.out, already=_bytes_in(opts.out / outdir.SCRATCH) if opts.resume else 0)
+    budget.check_fits(needed, opts.out, already=_bytes_in(opts.out / SCRATCH) if opts.resume else 0)
     if spec.pretrained and not (progress or {}).get("committing") and not on_ranks:
         load_real()  # weights from a hub or a download: only getting them tells whether they can be had
     return CapturePlan(

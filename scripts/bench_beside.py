@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 import timm  # noqa: E402
 import torch  # noqa: E402
 
-from hookdump.store.stats import PIECE, Accumulator  # noqa: E402
+from hookdump.store.formats.stats import PIECE, Accumulator  # noqa: E402
 
 torch.manual_seed(0)
 MODEL = timm.create_model("twins_svt_large").eval()

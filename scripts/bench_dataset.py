@@ -23,7 +23,7 @@ wall time. The photos are copies of scikit-image's RGB and grayscale sample phot
   block, full tokens), ``twins-many`` (twins_svt_large ``pos_block.*.proj.0`` + ``blocks.*.*``,
   ``--images-twins`` photos), ``tv`` (torchvision's resnet50, ``tv:resnet50``, the four stages).
   ``--no-peers`` drops resnet's hand-written and torchlens rows. Under every row the script prints its
-  breakdown (``HOOKDUMP_PROFILE``, ``hookdump/store/profile.py``; the script's own cases write the same
+  breakdown (``HOOKDUMP_PROFILE``, ``hookdump/store/folder/profile.py``; the script's own cases write the same
   spans: setup, decode, forward): medians of the seconds in each span of the run, main thread and writer
   thread, and what the process spent outside the run (its start and imports, its exit).
 * ``--scale`` (long, not for CI): resnet50 ``layer4 --reduce mean`` and ``layer3`` float16 full maps over
@@ -79,7 +79,7 @@ def worker(kind: str, args: list[str]) -> None:
     from timm.data import create_transform, resolve_data_config
 
     from hookdump.cli.process import give_back  # after each batch: nothing unless the process settings are on
-    from hookdump.store.profile import process_age
+    from hookdump.store.folder.profile import process_age
 
     imported, began = process_age(), time.perf_counter()
 
@@ -267,7 +267,7 @@ WRITER = ("stats", "write", "checkpoint", "on_batch")
 
 
 def breakdown(name: str, profiles: list[dict[str, float]]) -> None:
-    """Medians over the rounds of where ``name``'s time went (``hookdump.store.profile``): the main
+    """Medians over the rounds of where ``name``'s time went (``hookdump.store.folder.profile``): the main
     thread's spans (copy and reduce are part of hooks), the writer thread's (they overlap the forward), and
     what the process spent outside ``capture.run`` (imports, argument parsing, exit)."""
 

@@ -107,11 +107,11 @@ def _records_twice() -> None:
 
     from hookdump.capture import run as capture_run
     from hookdump.inputs import classfolders
-    from hookdump.store import inputtable, sinks
+    from hookdump.store.folder import inputtable, journal, writer
 
     shadow = Path(os.environ["HOOKDUMP_BENCH_SHADOW"])  # (made and removed by records_marginal)
     table: Any = inputtable.Rows
-    append = sinks._append_line
+    append = journal.append_line
 
     def twice(module: Any, name: str) -> None:  # module.name(...) called twice, the second result kept
         once = getattr(module, name)
@@ -141,8 +141,8 @@ def _records_twice() -> None:
 
     own_json = types.SimpleNamespace(dumps=json.dumps)
     twice(own_json, "dumps")
-    setattr(sinks, "json", own_json)  # the journal's JSON (sinks' only use of json)  # noqa: B010
-    sinks._append_line = append_twice
+    setattr(writer, "json", own_json)  # the journal's JSON (the writer's only use of json)  # noqa: B010
+    journal.append_line = append_twice
     inputtable.Rows = Rows  # type: ignore[misc]
     twice(inputtable, "kept_in_manifest")
     for name in ("input_records", "frame_notes"):

@@ -28,7 +28,7 @@ def write(folder: Path, direct: bool) -> dict[str, float]:
     """One run: every stage's stream, batch after batch, as a capture appends them."""
     import torch
 
-    from hookdump.store.stream import NpyStream
+    from hookdump.store.formats.npystream import NpyStream
 
     batches = {name: torch.randn(BATCH, *shape) for name, shape in STAGES.items()}
     before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()

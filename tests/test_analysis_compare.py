@@ -328,7 +328,7 @@ def test_compare_reduce_pools_as_capture_reduce_does(
     vits: tuple[Path, Path], pooled: dict[str, Path]
 ) -> None:
     from hookdump.analysis.pool import reduced
-    from hookdump.store.reader import Capture
+    from hookdump.store.folder.reader import Capture
 
     a, _ = vits
     for flat, at_hook, how in ((a, pooled["vit-mean"], "mean"), (a, pooled["vit-cls"], "cls"),

@@ -46,7 +46,7 @@ class Import:
 
 
 def modules(package: Path) -> dict[str, Path]:
-    """Dotted module name (``hookdump.store.reader``; a package is its ``__init__``) to file."""
+    """Dotted module name (``hookdump.store.folder.reader``; a package is its ``__init__``) to file."""
     found = {}
     for path in sorted(package.rglob("*.py")):
         parts = path.relative_to(package.parent).with_suffix("").parts
@@ -242,8 +242,8 @@ def test_the_checks_catch_a_bad_import_and_a_cycle(tmp_path: Path) -> None:
     """The checks above fail on a copy of the package with an upward import and a cycle added."""
     copy = tmp_path / "hookdump"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "data"))
-    manifest = copy / "store" / "manifest.py"
-    manifest.write_text(manifest.read_text() + "\nfrom ..capture.run import capture_run  # added\n")
+    manifest = copy / "store" / "folder" / "manifest.py"
+    manifest.write_text(manifest.read_text() + "\nfrom ...capture.run import capture_run  # added\n")
     units = copy / "units.py"
     units.write_text(units.read_text() + "\nfrom .errors import UsageError as Again  # added\n")
     errors = copy / "errors.py"
@@ -251,7 +251,7 @@ def test_the_checks_catch_a_bad_import_and_a_cycle(tmp_path: Path) -> None:
     found = imports(copy)
     bad = upward(found)
     assert [
-        b for b in bad if b.startswith("hookdump/store/manifest.py:")
+        b for b in bad if b.startswith("hookdump/store/folder/manifest.py:")
     ] and "capture_run from hookdump/capture/run.py" in "\n".join(bad), bad
     loops = cycles(found)
     assert any("errors.py" in c and "units.py" in c and "first_few" in c for c in loops), loops

@@ -15,7 +15,7 @@ from hookdump import api
 from hookdump.errors import UsageError
 from hookdump.inputs import forks
 from hookdump.inputs.files import InputSpec
-from hookdump.store import profile
+from hookdump.store.folder import profile
 
 
 def test_the_profile_names_every_span_and_they_fit_in_the_run(
@@ -85,7 +85,7 @@ def test_a_users_file_where_the_profile_goes_is_refused_before_any_work(
 
 @pytest.mark.skipif(sys.platform != "linux", reason="/proc")
 def test_process_age_counts_from_the_process_start() -> None:
-    code = "import time; time.sleep(1.5)\nfrom hookdump.store import profile; print(profile.process_age())"
+    code = "import time; time.sleep(1.5)\nfrom hookdump.store.folder import profile; print(profile.process_age())"
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     age = float(done.stdout)

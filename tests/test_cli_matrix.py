@@ -220,8 +220,8 @@ def matrix_stall_net(pretrained=False, **kwargs):
 
 if PHASE:  # hookdump's own steps, slowed where they are looked up (decoding in the DataLoader worker too)
     import hookdump.inputs.loader
-    import hookdump.store.saved
-    import hookdump.store.sinks
+    import hookdump.store.folder.saved
+    import hookdump.store.folder.writer
 
     def _slowed(owner, name, phase):
         original = getattr(owner, name)
@@ -233,8 +233,8 @@ if PHASE:  # hookdump's own steps, slowed where they are looked up (decoding in 
         setattr(owner, name, slow)
 
     _slowed(hookdump.inputs.loader, "read", "decode")
-    _slowed(hookdump.store.sinks.Writer, "append", "write")
-    _slowed(hookdump.store.saved, "write_pt", "commit")
+    _slowed(hookdump.store.folder.writer.Writer, "append", "write")
+    _slowed(hookdump.store.folder.saved, "write_pt", "commit")
 '''
 
 
@@ -1119,17 +1119,17 @@ def test_ctrl_c_while_the_files_move_into_place_waits_for_them(
 ) -> None:
     """A real SIGINT sent in the last step (the old capture's files removed, the new ones moved in, the
     manifest written) is held until the step is done: the capture is whole, and the run says so, exit 130."""
-    import hookdump.store.commit
+    import hookdump.store.folder.commit
 
     out = tmp_path / "earlier"
     shutil.copytree(files / "earlier", out)
-    finish = hookdump.store.commit.finish
+    finish = hookdump.store.folder.commit.finish
 
     def interrupted(folder: Path) -> bool:
         os.kill(os.getpid(), signal.SIGINT)
         return finish(folder)
 
-    monkeypatch.setattr(hookdump.store.commit, "finish", interrupted)
+    monkeypatch.setattr(hookdump.store.folder.commit, "finish", interrupted)
     result = _invoke("capture", *TINY, "-l", "conv1", "--random-input", "-o", out, "--overwrite", "--json")
     assert result.exit_code == 130, result.stderr
     paragraph(result.stderr, f"interrupted (130): the capture had finished: `{out}` holds it, complete.")

@@ -22,7 +22,7 @@ from PIL import Image
 from hookdump.errors import InputError
 from hookdump.inputs import files, forks
 from hookdump.inputs.files import InputSpec
-from hookdump.store import outdir
+from hookdump.store.folder import journal
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="inputs are checked in one process elsewhere")
 
@@ -174,17 +174,17 @@ def test_resume_hashes_the_captured_inputs_spread_and_names_the_first_changed(tm
         env={**os.environ, "HOOKDUMP_TEST_KILL_AT": "checkpoint-12"},
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    progress = outdir.read_progress(out)
+    progress = journal.read_progress(out)
     assert progress is not None and progress["batches"] == 12
     originals = {i: paths[i].read_bytes() for i in (7, 20)}
     paths[20].write_bytes(originals[20][:-1] + b"\0")  # in the last child's slice (inputs 16 to 23)
     with pytest.raises(InputError, match=r"020\.png.* changed since"):
-        outdir.check_inputs_unchanged(out, progress)
+        journal.check_inputs_unchanged(out, progress)
     paths[7].write_bytes(b"")  # in the parent's slice, before the other
     with pytest.raises(InputError, match=r"007\.png.*changed since"):
-        outdir.check_inputs_unchanged(out, progress)
+        journal.check_inputs_unchanged(out, progress)
     for i, data in originals.items():
         paths[i].write_bytes(data)
-    records = outdir.check_inputs_unchanged(out, progress)
+    records = journal.check_inputs_unchanged(out, progress)
     assert [r["path"] for r in records] == [str(p) for p in paths[:24]]
     assert [r["sha256"] for r in records] == [hashlib.sha256(p.read_bytes()).hexdigest() for p in paths[:24]]

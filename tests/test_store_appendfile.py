@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hookdump.store import appendfile
-from hookdump.store.appendfile import AppendFile
+from hookdump.store.formats import appendfile
+from hookdump.store.formats.appendfile import AppendFile
 
 DIRECT_FILE_SYSTEMS = ("ext2/ext3", "xfs", "btrfs")  # `stat -f -c %T` names; all of them do O_DIRECT
 SHM = Path("/dev/shm")

@@ -1,5 +1,5 @@
 """Issue 35: every command that writes files goes through the store's one check of what it may write
-(``hookdump/store/claims.py``): hookdump replaces only files it wrote, never a user's.
+(``hookdump/store/folder/claims.py``): hookdump replaces only files it wrote, never a user's.
 
 One parametrized test over the commands of the Typer app itself (a command added tomorrow fails here until
 it has a recipe below) x each situation: a user's file of each name the command would write; a read-only
@@ -25,7 +25,7 @@ from conftest import SKIMAGE_DATA
 from test_cli_matrix import _console
 
 from hookdump.cli.app import app
-from hookdump.store.claims import RECORD
+from hookdump.store.folder.claims import RECORD
 
 MODEL = ("-m", "resnet18", "--input-size", "3,64,64")
 USER = b"the user's own bytes\n"

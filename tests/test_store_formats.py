@@ -18,8 +18,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from hookdump.store.formats import npy_layout, write_pt, write_safetensors
-from hookdump.store.stream import HEADER_BYTES, NpyStream
+from hookdump.store.formats.npy import npy_layout
+from hookdump.store.formats.npystream import HEADER_BYTES, NpyStream
+from hookdump.store.formats.pt import write_pt
+from hookdump.store.formats.safetensors import write_safetensors
 
 ARRAYS: dict[str, np.ndarray[Any, Any]] = {
     "float32-4d": np.random.default_rng(0).standard_normal((2, 3, 4, 5), dtype=np.float32),
@@ -224,7 +226,8 @@ def test_memory_stays_flat_on_a_300mb_tensor(tmp_path: Path) -> None:
         """
         import sys
         from pathlib import Path
-        from hookdump.store.formats import write_pt, write_safetensors
+        from hookdump.store.formats.pt import write_pt
+        from hookdump.store.formats.safetensors import write_safetensors
 
         def peak_mb() -> float:  # resident high-water mark; reset first where the kernel allows
             status = Path("/proc/self/status").read_text().split("VmHWM:")[1]

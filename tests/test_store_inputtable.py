@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from hookdump.store import inputtable
+from hookdump.store.folder import inputtable
 
 
 def record(i: int, label: Any = None) -> dict[str, Any]:
@@ -121,7 +121,7 @@ def test_writing_the_table_does_not_import_pandas(tmp_path: Path) -> None:
     capture that writes its table never needs it."""
     table = str(tmp_path / "inputs.parquet")
     code = (
-        "import sys; from pathlib import Path; from hookdump.store import inputtable;"
+        "import sys; from pathlib import Path; from hookdump.store.folder import inputtable;"
         f"inputtable.write(Path({table!r}), [{{'path': 'a.png', 'label': 'cat'}}]);"
         "print('pandas' in sys.modules)"
     )

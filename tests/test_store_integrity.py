@@ -1,7 +1,7 @@
 """Exit 0 never hides wrong or lost data: a resumed capture re-checks what it already holds (its inputs'
 sha256, its streams' lengths), the final moves survive kill -9, nothing the user owns is replaced, and a
 capture of nothing fails. Every case runs the real console script; kills are real SIGKILLs at the points
-named by the test seam HOOKDUMP_TEST_KILL_AT (``sinks.kill_at``)."""
+named by the test seam HOOKDUMP_TEST_KILL_AT (``commit.kill_at``)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import torch
 
 import hookdump
 from hookdump.errors import InputError
-from hookdump.store.formats import SAFETENSORS_INDEX, write_safetensors
+from hookdump.store.formats.safetensors import SAFETENSORS_INDEX, write_safetensors
 
 MODEL = ("-m", "test_resnet", "-l", "conv1", "-l", "layer1", "-l", "layer2")
 STEMS = ["conv1", "layer1", "layer2"]

@@ -11,9 +11,9 @@ import torch
 from safetensors.torch import load_file
 
 from hookdump.errors import LayerError
-from hookdump.store.records import Captured
-from hookdump.store.sinks import Writer
-from hookdump.store.stream import HEADER_BYTES
+from hookdump.store.folder.records import Captured
+from hookdump.store.folder.writer import Writer
+from hookdump.store.formats.npystream import HEADER_BYTES
 
 KEY = ("blocks.0", "output", None, 0)
 

@@ -16,7 +16,7 @@ from conftest import PLUGINS
 from test_capture_dataset import SLOW, _kill_when, _photos
 from test_capture_runs import _start
 
-from hookdump.store.stats import KEYS, PIECE, Accumulator, number, percent
+from hookdump.store.formats.stats import KEYS, PIECE, Accumulator, number, percent
 
 MODEL = ("-m", "test_resnet")
 LAYERS = ("-l", "conv1", "-l", "act1", "-l", "layer1.0.act1", "-l", "layer4")

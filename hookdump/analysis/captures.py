@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import patterns
 from ..errors import InputError, UsageError, did_you_mean
-from ..store.reader import Capture
+from ..store.folder.reader import Capture
 
 
 def open_capture(path: Path) -> Capture:

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
-from ..store import nonfinite
-from ..store.reader import Capture, floats
+from ..store.folder.reader import Capture
+from ..store.formats import nonfinite
+from ..store.formats.npy import floats
 from .captures import check_inputs, open_capture, pair_names
 
 CHUNK = 1 << 20  # elements of each side read at a time (8 MB in float64)

@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
-from ..store import nonfinite
-from ..store.reader import Capture, floats
+from ..store.folder.reader import Capture
+from ..store.formats import nonfinite
+from ..store.formats.npy import floats
 from ..units import human_bytes
 
 CHUNK = 1 << 22  # values of X read at a time (32 MB in float64)

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
-from ..store import nonfinite
-from ..store.reader import Capture, floats
+from ..store.folder.reader import Capture
+from ..store.formats import nonfinite
+from ..store.formats.npy import floats
 from .gram import refusal
 
 REDUCTIONS = ("none", "mean", "max", "cls")

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..digest import sha256
-from ..store import nonfinite
-from ..store.manifest import MANIFEST
+from ..store.folder.manifest import MANIFEST
+from ..store.formats import nonfinite
 
 COMPARE_FOLDER = "compare"  # compare's default --out, inside A
 TOP_FOLDER = "top"  # top's default sheets folder is TOP_FOLDER/<layer>, inside OUT

@@ -16,8 +16,8 @@ import numpy as np
 from ..errors import UsageError, check_choice, did_you_mean
 from ..failures import from_environment
 from ..pictures.heatmap import heatmap
-from ..store import claims
-from ..store.reader import Capture
+from ..store.folder import claims
+from ..store.folder.reader import Capture
 from . import cka, rsa
 from .captures import check_inputs, open_capture, picked, select
 from .gram import Gram, check_fits, gram, gram_of

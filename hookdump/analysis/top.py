@@ -19,9 +19,10 @@ from ..pictures.contact import contact_sheet, tile
 from ..pictures.grid import _range
 from ..pictures.maps import feature_maps
 from ..pictures.windows import not_per_image
-from ..store import claims, nonfinite
-from ..store.reader import Capture
-from ..store.tensorfile import Loaded, load
+from ..store.folder import claims
+from ..store.folder.reader import Capture
+from ..store.folder.tensorfile import Loaded, load
+from ..store.formats import nonfinite
 from ..units import first_few
 from .captures import open_capture
 from .results import TOP_FOLDER, TOP_JSON, result_writer

@@ -9,8 +9,9 @@ import torch
 
 from .. import units
 from ..errors import UsageError, check_choice
-from ..store import outdir, profile, sinks
-from ..store.lock import check_free
+from ..store.folder import outdir, profile
+from ..store.folder.lock import check_free
+from ..store.formats import choices
 from . import parallel, reduce
 from .options import CaptureOptions
 from .runner import DTYPES
@@ -24,7 +25,7 @@ def check_options(opts: CaptureOptions) -> None:
     check_choice("--what", opts.what, ("output", "input", "both"))
     check_choice("--dtype", opts.dtype, tuple(DTYPES))
     check_choice("--reduce", opts.reduce, reduce.REDUCTIONS)
-    sinks.check_save_dtype(
+    choices.check_save_dtype(
         opts.save_dtype, opts.formats, {torch.bfloat16} if opts.dtype == "bfloat16" else set()
     )
     if opts.batch_size < 1:

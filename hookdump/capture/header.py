@@ -14,7 +14,7 @@ import torch
 
 from ..digest import sha256
 from ..model.args import format_model_args
-from ..store.manifest import SCHEMA_VERSION
+from ..store.folder.manifest import SCHEMA_VERSION
 from ..version import __version__
 
 if TYPE_CHECKING:  # types only: the header is built by a run that has them all loaded

@@ -17,8 +17,8 @@ import torch
 
 from ..errors import HookdumpError, InputError, Interrupted, UsageError
 from ..inputs import shards
-from ..store.outdir import read_progress
-from ..store.reader import read_manifest
+from ..store.folder.journal import read_progress
+from ..store.folder.reader import read_manifest
 from .merge import MergeResult, merge
 from .options import CaptureOptions
 

@@ -15,8 +15,8 @@ from ..model.layers import LayerTarget, call_out_of_range
 from ..model.ops import OpInfo
 from ..model.outputs import leaves, tensor_shapes
 from ..model.tree import is_container
-from ..store import profile
-from ..store.records import Captured, Key, key_from_json
+from ..store.folder import profile
+from ..store.folder.records import Captured, Key, key_from_json
 from . import scores
 from .opvalues import OpValues
 from .reduce import prefix_of

@@ -13,8 +13,8 @@ from ..inputs.files import InputSpec
 from ..model.layers import LayerTarget
 from ..model.spec import ModelSpec
 from ..model.tree import Inventory, ModuleInfo
-from ..store import inputtable
-from ..store.saved import SavedTensor
+from ..store.folder import inputtable
+from ..store.folder.saved import SavedTensor
 from .options import CaptureOptions
 
 

@@ -19,9 +19,10 @@ from ..inputs.files import records as input_records
 from ..model import layouts
 from ..model.device import resolve_device
 from ..model.spec import ResolvedName
-from ..store import manifest, profile, sinks
-from ..store.reader import finished_manifest
-from ..store.records import Captured, Key
+from ..store.folder import manifest, profile
+from ..store.folder.reader import finished_manifest
+from ..store.folder.records import Captured, Key
+from ..store.folder.writer import Writer
 from . import header, parallel, shapes
 from .behind import Behind
 from .compiled import Compiled
@@ -46,7 +47,7 @@ def run(
     shard_bytes = units.parse_size(opts.shard_size) if opts.shard_size else None
     options_record = header.options_record(source, list(layer_specs), spec, opts, found.rerun)
     input_list = [str(p) for p in found.paths]
-    with sinks.Writer(
+    with Writer(
         opts.out,
         opts.formats,
         opts.save_dtype,
@@ -198,7 +199,7 @@ class _RunState:
         self.skipped += batch.failed
 
     def progress(self, total: int, recorder: Recorder) -> dict[str, Any]:
-        """The small part of a checkpoint (``sinks.Writer.start`` wrote the options and inputs once)."""
+        """The small part of a checkpoint (``Writer.start`` wrote the options and inputs once)."""
         return {
             "batches": self.batches, "images": self.images, "total": total or 1,
             "skipped": list(self.skipped), "recorder": recorder.state(),
@@ -247,7 +248,7 @@ def _timed(
         start = profile.clock()
 
 
-def _interrupted_text(out: Path, done: int, total: int, writer: sinks.Writer, advice: str) -> str:
+def _interrupted_text(out: Path, done: int, total: int, writer: Writer, advice: str) -> str:
     if not writer.kept:
         return "nothing of this run was kept."
     return f"{done} of {total} images reached `{out}`. {advice[0].upper()}{advice[1:]}."

@@ -15,8 +15,8 @@ from ..errors import HookdumpError, InputError
 from ..failures import from_environment
 from ..inputs import sizes
 from ..inputs.loader import Batch
-from ..store.records import Captured, Key
-from ..store.stream import NpyStream
+from ..store.folder.records import Captured, Key
+from ..store.formats.npystream import NpyStream
 
 
 class Watch:

@@ -129,7 +129,7 @@ def stats_command(
 ) -> None:
     """Every captured tensor's min, max, mean, std, zeros, NaN and Inf (from the manifest, or the files)."""
     # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
-    from ..store.stats import collect, table
+    from ..store.folder.summary import collect, table
     from . import render
 
     rows, notes = collect(out)

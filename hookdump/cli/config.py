@@ -21,7 +21,7 @@ from typer._coercion import TypeDescriptor
 from typer.core import TyperArgument, TyperOption
 
 from ..errors import InputError, did_you_mean
-from ..store.manifest import SCHEMA_VERSION
+from ..store.folder.manifest import SCHEMA_VERSION
 from ..version import __version__
 
 _SKIP_KEYS = {"config", "print_config", "help"}  # options about the config itself, never config keys

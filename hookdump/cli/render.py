@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..store import nonfinite
-from ..store.stats import summary_cells
+from ..store.formats import nonfinite
+from ..store.formats.stats import summary_cells
 from ..units import human_bytes
 
 if TYPE_CHECKING:

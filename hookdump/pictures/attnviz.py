@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import UsageError
-from ..store import nonfinite
+from ..store.formats import nonfinite
 from .attnmaps import check_global, rollout
 from .grid import Tile, sheet
 from .maps import check_index, describe_nonfinite, no_finite, to_unit
@@ -18,7 +18,7 @@ from .overlay import blend
 if TYPE_CHECKING:
     from PIL.Image import Image
 
-    from ..store.tensorfile import Array, Loaded
+    from ..store.folder.tensorfile import Array, Loaded
 
 
 def head_overlays(

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import HookdumpError, NoMap, UsageError
 from ..inputs.images import exists, open_image, stamp
-from ..store import claims
-from ..store.manifest import ROLLOUT, picture_name
-from ..store.tensorfile import Array, Loaded, expand, is_gradient, load
+from ..store.folder import claims
+from ..store.folder.manifest import ROLLOUT, picture_name
+from ..store.folder.tensorfile import Array, Loaded, expand, is_gradient, load
 from .attnviz import head_overlays, rollout_of
 from .colormap import paint
 from .gradcam import compute

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, NoMap
-from ..store.tensorfile import Array, Loaded, gradient, is_gradient, load
+from ..store.folder.tensorfile import Array, Loaded, gradient, is_gradient, load
 from .maps import describe_nonfinite, feature_maps, to_unit
 
 _FIX = "Capture again with --grad (and --target CLASS), then show the layer's output file with --gradcam."

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import UsageError
-from ..store import nonfinite
+from ..store.formats import nonfinite
 from ..units import first_few
 from .colormap import paint
 from .maps import describe_nonfinite, no_finite, to_unit
 
 if TYPE_CHECKING:
-    from ..store.tensorfile import Array
+    from ..store.folder.tensorfile import Array
 
 PADDING = 2
 LABEL = 12

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import NoMap, UsageError
-from ..store import nonfinite
-from ..store.tensorfile import Array, Loaded
+from ..store.folder.tensorfile import Array, Loaded
+from ..store.formats import nonfinite
 from .attnmaps import check_global, head_maps
 from .windows import not_per_image, unwindow
 

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..inputs.images import digest, stamp
-from ..store import inputtable
+from ..store.folder import inputtable
 from .colormap import paint
 from .maps import describe_nonfinite, to_unit
 
 if TYPE_CHECKING:
     from PIL.Image import Image
 
-    from ..store.tensorfile import Array, Loaded
+    from ..store.folder.tensorfile import Array, Loaded
 
 
 def heat(maps: Array, name: str) -> tuple[Array, list[str]]:

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import NoMap
 
 if TYPE_CHECKING:
-    from ..store.tensorfile import Array, Loaded
+    from ..store.folder.tensorfile import Array, Loaded
 
 
 def unwindow(loaded: Loaded, index: int) -> tuple[Array, str]:

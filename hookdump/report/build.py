@@ -28,12 +28,14 @@ from ..errors import InputError, UsageError
 from ..failures import from_environment
 from ..inputs.images import digest, exists, open_image
 from ..pictures import draw
-from ..store import claims
-from ..store.lock import check_free
-from ..store.manifest import MANIFEST, entry_stem, picture_name
-from ..store.outdir import REPORT_FOLDER, REPORT_PAGE, SCRATCH, progress_text, read_progress
-from ..store.reader import Capture, read_manifest
-from ..store.stats import KEYS, collect
+from ..store.folder import claims
+from ..store.folder.journal import SCRATCH, read_progress
+from ..store.folder.lock import check_free
+from ..store.folder.manifest import MANIFEST, entry_stem, picture_name
+from ..store.folder.outdir import REPORT_FOLDER, REPORT_PAGE, progress_text
+from ..store.folder.reader import Capture, read_manifest
+from ..store.folder.summary import collect
+from ..store.formats.stats import KEYS
 from .analyses import analyses
 from .page import html
 from .records import InputRow, Report, Section

@@ -8,9 +8,10 @@ import math
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from ..store import inputtable, nonfinite
-from ..store.manifest import MANIFEST
-from ..store.stats import FINITE_ONLY, number, percent
+from ..store.folder import inputtable
+from ..store.folder.manifest import MANIFEST
+from ..store.formats import nonfinite
+from ..store.formats.stats import FINITE_ONLY, number, percent
 from ..version import __version__
 from .analyses_page import analyses_toc, compare_section, top_section
 from .markup import anchor

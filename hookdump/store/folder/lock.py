@@ -14,7 +14,7 @@ import time
 import weakref
 from pathlib import Path
 
-from ..errors import UsageError
+from ...errors import UsageError
 
 LOCK_FILE = ".hookdump.lock"
 

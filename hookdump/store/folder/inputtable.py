@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from ..digest import sha256
-from ..errors import InputError
-from ..inputs.shards import SEPARATOR
-from ..model import extras
+from ...digest import sha256
+from ...errors import InputError
+from ...inputs.shards import SEPARATOR
+from ...model import extras
 
 TABLE = "inputs.parquet"
 ROW_GROUP = 65536  # rows a row group of the table holds

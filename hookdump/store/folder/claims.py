@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..digest import sha256
-from ..errors import UsageError
-from ..failures import from_environment
+from ...digest import sha256
+from ...errors import UsageError
+from ...failures import from_environment
 from .lock import check_free
 from .manifest import below
 

@@ -12,52 +12,18 @@ from typing import Any
 
 import torch
 
-from ..errors import Interrupted, UsageError, check_choice
-from ..failures import DISK_FULL, disk_full
-from . import commit, inputtable, outdir, profile
+from ...errors import Interrupted
+from ...failures import DISK_FULL, disk_full
+from ..formats.choices import check_save_dtype, for_saving
+from ..formats.npystream import HEADER_BYTES, NpyStream
+from ..formats.stats import Accumulator, nonfinite_notes
+from . import commit, inputtable, journal, outdir, profile
+from .journal import CLASSES, INPUTS, PROGRESS, RUN, SCRATCH
 from .lock import OutputLock
 from .manifest import MANIFEST
-from .outdir import CLASSES, INPUTS, PROGRESS, RUN, SCRATCH
 from .reader import read_manifest
 from .records import Captured, Key, key_from_json
 from .saved import SavedTensor, dtype_name, saved_files
-from .stats import Accumulator, nonfinite_notes
-from .stream import HEADER_BYTES, NpyStream, check_holds
-
-FORMATS = ("npy", "pt", "safetensors")
-SAVE_DTYPES = ("float32", "float16", "bfloat16", "keep")
-
-
-def parse_formats(text: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    """``npy,pt`` -> ``("npy", "pt")``, refusing unknown ones."""
-    items = text.split(",") if isinstance(text, str) else [f for t in text for f in t.split(",")]
-    formats = tuple(dict.fromkeys(f.strip().lower().lstrip(".") for f in items if f.strip()))
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown or not formats:
-        raise UsageError(
-            f"Unknown --format `{','.join(unknown) or text}`.", f"Choose from {', '.join(FORMATS)}."
-        )
-    return formats
-
-
-def check_save_dtype(save_dtype: str, formats: tuple[str, ...], dtypes: set[torch.dtype]) -> None:
-    """``keep`` writes tensors as the model made them, ``float16`` / ``bfloat16`` halve the files; numpy
-    cannot hold bfloat16."""
-    check_choice("--save-dtype", save_dtype, SAVE_DTYPES)
-    if "npy" in formats and (save_dtype == "bfloat16" or (save_dtype == "keep" and torch.bfloat16 in dtypes)):
-        what = "--save-dtype bfloat16" if save_dtype == "bfloat16" else "--save-dtype keep"
-        raise UsageError(
-            f"{what} cannot write bfloat16 tensors to .npy: numpy has no bfloat16.",
-            "Use --format pt or --format safetensors (both keep bfloat16), or --save-dtype float16"
-            " (or float32).",
-        )
-
-
-def _for_saving(tensor: torch.Tensor, save_dtype: str) -> torch.Tensor:
-    """Float tensors are saved as ``save_dtype`` unless ``keep``; the manifest records the original dtype."""
-    if save_dtype == "keep" or not tensor.is_floating_point():
-        return tensor
-    return tensor.to(getattr(torch, save_dtype))
 
 
 class Writer:
@@ -114,7 +80,7 @@ class Writer:
         self.lock = OutputLock(self.out)
         try:
             self.lock.acquire()
-            state = outdir.committing(self.out)
+            state = journal.committing(self.out)
             if state is not None:  # a run killed in its final moves (or just after): finished first
                 commit.finish(self.out)
                 if state == "pending":
@@ -150,21 +116,23 @@ class Writer:
 
     def _reopen(self) -> None:
         self._keep_scratch = True  # the interrupted run's: kept, whatever fails here
-        self.resumed = outdir.read_progress(self.out)
+        self.resumed = journal.read_progress(self.out)
         assert self.resumed is not None, "outdir.check makes sure"
         as_planned = self.planned[0] == self.resumed  # nothing written since the plan read it
         self.images_done = int(self.resumed.get("images", 0))
-        for state in self.resumed["streams"]:  # all checked before any is touched
-            check_holds(self.scratch, key_from_json(state["key"])[0], state)
+        held = [  # all checked before any is touched
+            journal.check_holds(self.scratch, key_from_json(state["key"])[0], state)
+            for state in self.resumed["streams"]
+        ]
         batches = self.resumed["batches"]  # a batch written but not checkpointed is done again: its lines go
-        kept = _keep_lines(self.scratch / CLASSES, batches)
+        kept = journal.keep_lines(self.scratch / CLASSES, batches)
         self.resumed["classes"] = [int(c) for line in kept for c in line.split()]
         with profile.span("records"):
-            _keep_lines(self.scratch / INPUTS, batches)
-            self.records = list(self.planned[1]) if as_planned else outdir.read_inputs(self.out, batches)
-        for state in self.resumed["streams"]:
+            journal.keep_lines(self.scratch / INPUTS, batches)
+            self.records = list(self.planned[1]) if as_planned else journal.read_inputs(self.out, batches)
+        for state, (path, size) in zip(self.resumed["streams"], held, strict=True):
             key = key_from_json(state["key"])
-            self.streams[key] = NpyStream.reopen(self.scratch, key[0], state, self.direct)
+            self.streams[key] = NpyStream.reopen(path, key[0], state, size, self.direct)
             self.source_dtypes[key] = getattr(torch, state["source_dtype"])
             kept = state.get("stats")
             self.stats[key] = Accumulator.from_state(kept) if isinstance(kept, dict) else None
@@ -209,8 +177,8 @@ class Writer:
             if kept is not None:
                 self.commit_notes.append(kept)
             elif all("mode" in r for r in self.records):  # (else a journal of sha256 alone: at commit)
-                journal = functools.partial(outdir.read_inputs, self.out)  # every record so far
-                self.table = inputtable.Rows(self.scratch / inputtable.TABLE, journal)
+                so_far = functools.partial(journal.read_inputs, self.out)  # every record so far
+                self.table = inputtable.Rows(self.scratch / inputtable.TABLE, so_far)
                 self.table.add(self.records)  # an interrupted run's table has no footer: written again
 
     def checkpoint(self, progress: dict[str, Any], classes: list[int], inputs: list[dict[str, Any]]) -> None:
@@ -220,11 +188,11 @@ class Writer:
         start = profile.clock()
         with profile.span("records"):
             self.records.extend(inputs)
-            _append_line(self.scratch / INPUTS, json.dumps(inputs, separators=(",", ":")))
+            journal.append_line(self.scratch / INPUTS, json.dumps(inputs, separators=(",", ":")))
             if self.table is not None:
                 self.table.add(inputs)
         if classes:
-            _append_line(self.scratch / CLASSES, " ".join(map(str, classes)))
+            journal.append_line(self.scratch / CLASSES, " ".join(map(str, classes)))
         streams = []
         for key, stream in self.streams.items():
             stream.sync()  # what the checkpoint counts is on the disk before the checkpoint is
@@ -270,7 +238,7 @@ class Writer:
                 self.source_dtypes[key] = tensor.dtype
                 self.stats[key] = Accumulator()
             start = profile.clock()
-            saved = _for_saving(tensor, self.save_dtype)
+            saved = for_saving(tensor, self.save_dtype)
             self.streams[key].append(saved)
             start = profile.add("write", start)
             acc = self.stats[key]
@@ -329,20 +297,3 @@ class Writer:
             if self.table is not None:
                 self.table.discard()
             return inputtable.write(path, records)
-
-
-def _append_line(path: Path, line: str) -> None:
-    """Append ``line`` to ``path``, durably (before the checkpoint that counts it)."""
-    with path.open("a") as handle:
-        handle.write(line + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _keep_lines(path: Path, count: int) -> list[str]:
-    """Cut ``path`` to its first ``count`` lines (a file of one line per batch), returned; [] if absent."""
-    if not path.exists():
-        return []
-    kept = path.read_text().splitlines()[:count]
-    path.write_text("".join(f"{line}\n" for line in kept))
-    return kept

@@ -10,14 +10,15 @@ import functools
 import json
 import math
 import os
-import struct
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
-from ..errors import InputError, did_you_mean
+from ...errors import InputError, did_you_mean
+from ..formats.npy import npy_header
+from ..formats.safetensors import SAFETENSORS_DTYPES, numpy_dtype, safetensors_header, safetensors_tensor
 from . import inputtable
 from .manifest import MANIFEST, entry_stem, inside
 
@@ -27,12 +28,6 @@ if TYPE_CHECKING:
 Array: TypeAlias = "np.ndarray[Any, Any] | torch.Tensor"  # a torch.Tensor only for bfloat16 (and .pt)
 
 _PREFERENCE = {"npy": 0, "safetensors": 1, "pt": 2}  # the first memory-mappable format wins
-SAFETENSORS_DTYPES = {  # safetensors' name -> the manifest's (torch's) name
-    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
-    "I32": "int32", "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32", "U16": "uint16",
-    "U8": "uint8", "BOOL": "bool",
-}  # fmt: skip
-_read_2_0 = np.lib.format.read_array_header_2_0
 _REDO = "Capture it again (hookdump capture ... --overwrite), or restore the file."
 
 
@@ -88,8 +83,11 @@ class Capture(Mapping[str, Array]):
             array: np.ndarray[Any, Any] = np.load(file, mmap_mode="r", allow_pickle=False)
             return array
         if entry["format"] == "pt":
-            return _load_pt(file, shape)
-        array, bfloat16 = safetensors_tensor(file, *self._headers[entry["file"]], key, copy_on_write=True)
+            from ..formats import pt  # for speed: torch only for a .pt-only capture
+
+            return pt.load_pt(file, shape, _REDO, MANIFEST)
+        headers = self._headers[entry["file"]]
+        array, bfloat16 = safetensors_tensor(file, *headers, key, _REDO, copy_on_write=True)
         if not bfloat16:
             return array
         import torch  # for speed: torch only for bfloat16, which numpy cannot hold
@@ -102,7 +100,7 @@ class Capture(Mapping[str, Array]):
         entry = self.entries[key]
         if entry["format"] == "safetensors":
             array, bfloat16 = safetensors_tensor(
-                self.path / entry["file"], *self._headers[entry["file"]], key
+                self.path / entry["file"], *self._headers[entry["file"]], key, _REDO
             )
             return (array.view(np.uint16) if bfloat16 else array), bfloat16
         value = self[key]
@@ -127,13 +125,7 @@ class Capture(Mapping[str, Array]):
         shape = [int(n) for n in entry.get("shape", [])]
         if entry["format"] == "npy":
             try:
-                with file.open("rb") as handle:
-                    version = np.lib.format.read_magic(handle)
-                    if version not in ((1, 0), (2, 0)):
-                        raise ValueError(f"format version {version} (1.0 and 2.0 are read)")
-                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else _read_2_0
-                    got, fortran, dtype = read(handle)
-                    offset = handle.tell()
+                got, fortran, dtype, offset = npy_header(file)
             except (OSError, ValueError, EOFError) as exc:
                 raise InputError(f"`{file}` is not a .npy file numpy can read: {exc}", _REDO) from exc
             size = offset + math.prod(got) * dtype.itemsize
@@ -150,7 +142,7 @@ class Capture(Mapping[str, Array]):
             if not isinstance(info, dict) or info.get("dtype") not in SAFETENSORS_DTYPES:
                 raise InputError(f"`{file}` holds no tensor `{key}` that {MANIFEST} lists.", _REDO)
             begin, end = info["data_offsets"]
-            itemsize = _numpy_dtype(info["dtype"]).itemsize
+            itemsize = numpy_dtype(info["dtype"]).itemsize
             bad = SAFETENSORS_DTYPES[info["dtype"]] != entry.get("dtype", SAFETENSORS_DTYPES[info["dtype"]])
             if bad or list(info["shape"]) != shape or end - begin != math.prod(shape) * itemsize:
                 raise InputError(
@@ -176,54 +168,6 @@ class Capture(Mapping[str, Array]):
                 )
             self._headers[name] = (start, header)
         return self._headers[name]
-
-
-def safetensors_header(file: Path, fix: str) -> tuple[int, dict[str, Any]]:
-    """A safetensors file's JSON header, tensors only (``__metadata__`` left out), and where its data
-    starts; an InputError with ``fix`` when it is not one. Reads the header only, never the data."""
-    try:
-        with file.open("rb") as handle:
-            (length,) = struct.unpack("<Q", handle.read(8))
-            if length > 100 << 20:
-                raise ValueError(f"a header of {length} bytes")
-            header = json.loads(handle.read(length))
-        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
-    except (OSError, ValueError, struct.error, TypeError, AttributeError) as exc:
-        raise InputError(f"`{file}` is not a safetensors file: {exc}", fix) from exc
-    return 8 + length, tensors
-
-
-def safetensors_tensor(
-    file: Path, start: int, header: dict[str, Any], key: str, fix: str = _REDO, copy_on_write: bool = False
-) -> tuple[np.ndarray[Any, Any], bool]:
-    """Tensor ``key`` of a safetensors file memory-mapped from its bytes (``start``, ``header``: from
-    :func:`safetensors_header`), and whether it is bfloat16 (held as int16 bits). ``copy_on_write``: writes
-    stay in memory (torch warns on a read-only array). An InputError with ``fix`` when the bytes do not
-    fit."""
-    info = header[key]
-    try:
-        shape = tuple(int(n) for n in info["shape"])
-        dtype = _numpy_dtype(info["dtype"])
-        begin, end = (int(n) for n in info["data_offsets"])
-        if end - begin != math.prod(shape) * dtype.itemsize:
-            raise ValueError(f"{end - begin} bytes for {list(shape)} {info['dtype']}")
-        bfloat16 = info["dtype"] == "BF16"
-        if begin == end:
-            array = np.empty(shape, dtype)
-            array.flags.writeable = copy_on_write and bfloat16
-            return array, bfloat16
-        mode: Literal["c", "r"] = "c" if copy_on_write and bfloat16 else "r"
-        return np.memmap(file, dtype, mode=mode, offset=start + begin, shape=shape), bfloat16
-    except (ValueError, OSError, TypeError, KeyError) as exc:
-        raise InputError(f"`{file}` is cut short or damaged at `{key}`: {exc}", fix) from exc
-
-
-def floats(chunk: np.ndarray[Any, Any], bfloat16: bool = False) -> np.ndarray[Any, Any]:
-    """A chunk of what :meth:`Capture.bits` gave as float64 values: bfloat16 bits widened exactly (no torch),
-    any other dtype as numpy converts it. For reading a tensor piece by piece (``hookdump diff``)."""
-    if bfloat16:
-        return (chunk.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    return np.asarray(chunk, dtype=np.float64)
 
 
 def read_manifest(out: Path) -> dict[str, Any] | None:
@@ -263,28 +207,3 @@ def finished_manifest(path: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict) or not isinstance(manifest.get("tensors"), list):
         raise InputError(f"`{path / MANIFEST}` is not a hookdump manifest (no `tensors` list).", _REDO)
     return manifest
-
-
-def _numpy_dtype(name: str) -> np.dtype[Any]:
-    """safetensors' dtype name -> the little-endian numpy dtype of its bytes (bfloat16 bits: int16)."""
-    return np.dtype("<i2" if name == "BF16" else np.dtype(SAFETENSORS_DTYPES[name]).newbyteorder("<"))
-
-
-def _load_pt(file: Path, shape: tuple[int, ...]) -> Array:
-    """A ``.pt`` tensor memory-mapped by torch; a numpy view unless it is bfloat16."""
-    import torch
-
-    # for speed: checkpoints imports torch; reading .npy and safetensors needs none
-    from ..model.checkpoints import tensor_refusal
-
-    try:
-        tensor = torch.load(file, mmap=True, weights_only=True, map_location="cpu")
-    except Exception as exc:  # unpickling raises many kinds
-        raise tensor_refusal(file, exc, _REDO) from exc
-    if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != shape:
-        raise InputError(f"`{file}` does not hold the {list(shape)} tensor {MANIFEST} lists.", _REDO)
-    if tensor.dtype == torch.bfloat16:
-        return tensor
-    array = tensor.numpy()
-    array.flags.writeable = False
-    return array

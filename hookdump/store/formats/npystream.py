@@ -13,9 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import InputError, LayerError
+from ...errors import LayerError
 from .appendfile import AppendFile
-from .manifest import inside
 
 HEADER_BYTES = 512  # magic, version, length and the padded header dict: a multiple of 64, as numpy wants
 
@@ -34,18 +33,20 @@ class NpyStream:
             self._file.append(bytes(HEADER_BYTES))
 
     @classmethod
-    def reopen(cls, folder: Path, name: str, state: dict[str, Any], direct: bool = True) -> NpyStream:
-        """Continue a stream an interrupted run left (``state()`` says how far it got): keep its rows, drop
-        whatever of a later batch reached the file, append from there."""
+    def reopen(
+        cls, path: Path, name: str, state: dict[str, Any], size: int, direct: bool = True
+    ) -> NpyStream:
+        """Continue a stream an interrupted run left (``state()`` says how far it got, ``size``: the bytes of
+        its header and those rows, checked held by the file): keep its rows, drop whatever of a later batch
+        reached the file, append from there."""
         stream = cls.__new__(cls)
-        stream.path, stream.name = inside(folder, state["file"], "progress.json"), name
+        stream.path, stream.name = path, name
         stream.rows = int(state["rows"])
         stream.trailing = tuple(state["trailing"])
         stream.dtype = getattr(torch, state["dtype"])
-        size = check_holds(folder, name, state)
         stream._file = AppendFile(stream.path, create=False, direct=direct)
         with stream._file.closed_on_error():
-            stream._file.truncate(size)  # only ever shorter: check_holds refused a file missing rows
+            stream._file.truncate(size)  # only ever shorter: the file was checked to hold them all
         return stream
 
     def sync(self) -> None:
@@ -99,30 +100,6 @@ class NpyStream:
         self.close()
         array = torch.from_numpy(np.load(self.path, mmap_mode="c"))
         return array.view(torch.bfloat16) if self.dtype == torch.bfloat16 else array
-
-
-def check_holds(folder: Path, name: str, state: dict[str, Any]) -> int:
-    """The bytes the stream ``state`` describes (header and rows), after checking that its file holds
-    them all: a file cut short (a power cut before its blocks reached the disk) is refused, never padded
-    with zeros."""
-    path = inside(folder, state["file"], "progress.json")
-    item: int = getattr(torch, state["dtype"]).itemsize
-    row_bytes = int(np.prod(state["trailing"], dtype=np.int64)) * item
-    rows = int(state["rows"])
-    size = HEADER_BYTES + rows * row_bytes
-    try:
-        held = path.stat().st_size
-    except FileNotFoundError:
-        held = -1
-    if held < size:
-        kept = max(held - HEADER_BYTES, 0) // max(row_bytes, 1)
-        what = "is missing" if held < 0 else f"holds {kept} of them"
-        raise InputError(
-            f"The interrupted capture in `{folder.parent}` lost data: its checkpoint counts {rows} row(s) of"
-            f" `{name}`, and their file `{path}` {what} (a power cut or a failing disk cut it short).",
-            "Rerun with --overwrite to capture it again (or choose another --out).",
-        )
-    return size
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:

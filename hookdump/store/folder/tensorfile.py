@@ -1,5 +1,5 @@
 """One tensor as ``show`` draws it (:class:`Loaded`): a name in a capture folder, read through the capture
-(:class:`hookdump.store.reader.Capture`, the one reader of a capture folder), or a loose ``.npy``,
+(:class:`hookdump.store.folder.reader.Capture`, the one reader of a capture folder), or a loose ``.npy``,
 ``.safetensors`` or ``.pt`` file, with its manifest entry when a manifest beside it lists it. No torch but for
 a ``.pt`` file; bfloat16 stays its uint16 bits, widened in numpy."""
 
@@ -11,17 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, UsageError, did_you_mean
+from ...errors import InputError, UsageError, did_you_mean
+from ..formats.safetensors import SAFETENSORS_DTYPES, safetensors_header, safetensors_tensor
 from . import inputtable
 from .manifest import inside
-from .reader import (
-    SAFETENSORS_DTYPES,
-    Capture,
-    entry_of,
-    read_manifest,
-    safetensors_header,
-    safetensors_tensor,
-)
+from .reader import Capture, entry_of, read_manifest
 
 SUFFIXES = (".npy", ".pt", ".pth", ".safetensors")
 _WHAT = "Pass a .npy, .pt or .safetensors file that `hookdump capture` wrote, or a capture folder."
@@ -180,7 +174,7 @@ def _read_pt(path: Path) -> Array:
     import torch
 
     # for speed: torch only for a .pt file
-    from ..model.checkpoints import tensor_refusal, torch_load
+    from ...model.checkpoints import tensor_refusal, torch_load
 
     try:
         value = torch_load(path)

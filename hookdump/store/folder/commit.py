@@ -19,12 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ...errors import UsageError
+from ..formats.safetensors import SAFETENSORS_FILE, SAFETENSORS_INDEX
 from . import claims
-from .formats import SAFETENSORS_FILE, SAFETENSORS_INDEX
+from .journal import JOURNAL, SCRATCH, committing
 from .lock import OutputLock
 from .manifest import MANIFEST, inside
-from .outdir import JOURNAL, SCRATCH, committing
 from .reader import read_manifest
 
 

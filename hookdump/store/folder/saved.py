@@ -10,9 +10,10 @@ from typing import Any
 
 import torch
 
-from .formats import SAFETENSORS_INDEX, write_pt, write_safetensors
+from ..formats.npystream import NpyStream
+from ..formats.pt import write_pt
+from ..formats.safetensors import SAFETENSORS_INDEX, write_safetensors
 from .records import Captured, Key
-from .stream import NpyStream
 
 
 @dataclass

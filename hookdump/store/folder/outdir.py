@@ -4,27 +4,19 @@ may write there (``--overwrite``, ``--resume``). An interrupted capture is its s
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, UsageError
-from ..inputs import forks
-from ..inputs.images import digest as input_digest
+from ...errors import InputError, UsageError
 from . import claims
 from .claims import check_folder
+from .journal import PROGRESS, SCRATCH, committing, read_progress
 from .manifest import MANIFEST
 from .reader import read_manifest
 from .records import file_stem
 
-SCRATCH = ".hookdump-partial"
-PROGRESS = "progress.json"  # after each batch: counts, streams, recorder state
-RUN = "run.json"  # once: the options and the inputs, for --resume to compare
-CLASSES = "classes.txt"  # with --grad: each batch's classes, a line each
-JOURNAL = "commit.json"  # the final moves, decided (``commit``): what a rerun finishes
-INPUTS = "inputs.jsonl"  # each batch's inputs' records (path, sha256...), a line each: --resume checks
 REPORT_PAGE, REPORT_FOLDER = "index.html", "report"  # ``hookdump report``: the page and its pictures
 
 
@@ -71,28 +63,6 @@ def in_the_way(
     for name in names:
         if name not in mine and re.fullmatch("|".join(pattern), name):
             claims.refuse(out / name, command, "choose another --out", claims.why(out, name))
-
-
-def committing(out: Path) -> str | None:
-    """``pending``: a capture was stopped in its final moves (``commit.finish`` completes them); ``done``:
-    after them, its manifest in place, only its scratch folder left; None: neither."""
-    if not (out / SCRATCH / JOURNAL).is_file():
-        return None
-    return "pending" if (out / SCRATCH / MANIFEST).is_file() else "done"
-
-
-def read_progress(out: Path) -> dict[str, Any] | None:
-    """How far an interrupted capture got (with its options and inputs), or None when there is none (a
-    scratch folder left after the final moves holds none)."""
-    state = committing(out)
-    try:
-        progress = json.loads((out / SCRATCH / PROGRESS).read_text())
-        run = json.loads((out / SCRATCH / RUN).read_text())
-    except (OSError, ValueError):
-        return None
-    if state == "done" or not isinstance(progress, dict) or not isinstance(run, dict):
-        return None
-    return {**run, **progress, "committing": state == "pending"}
 
 
 def check(out: Path, overwrite: bool, resume: bool) -> None:
@@ -149,79 +119,6 @@ def progress_text(progress: dict[str, Any]) -> str:
     """``64 of 256 images done``."""
     done = f"{progress.get('images', 0)} of {progress.get('total', '?')} images done"
     return f"{done}, stopped while moving its files into place" if progress.get("committing") else done
-
-
-def check_same_run(progress: dict[str, Any], options: dict[str, Any], inputs: list[str]) -> None:
-    """``--resume`` continues the same run: same options (the output folder and the number of decoding
-    workers aside: neither changes a byte), same inputs."""
-    free = ("out", "workers")
-    before = {k: v for k, v in progress.get("options", {}).items() if k not in free}
-    now = {k: v for k, v in options.items() if k not in free}
-    changed = [k for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
-    if changed:
-        diff = "; ".join(f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in changed)
-        raise UsageError(
-            f"--resume continues a capture made with other options ({diff}).",
-            "Resume with the options it was started with (its manifest or progress.json lists them), or"
-            " pass --overwrite to start again with these.",
-        )
-    old = progress.get("inputs", [])
-    if old != inputs:
-        first = next((i for i, (a, b) in enumerate(zip(old, inputs, strict=False)) if a != b), None)
-        where = (
-            f"row {first}: `{old[first]}` then, `{inputs[first]}` now"
-            if first is not None
-            else f"{len(old)} inputs then, {len(inputs)} now"
-        )
-        raise UsageError(
-            f"--resume continues a capture of other inputs ({where}).",
-            "Resume with the same inputs, or pass --overwrite to start again.",
-        )
-
-
-def read_inputs(out: Path, batches: int | None = None) -> list[dict[str, Any]]:
-    """The records of the inputs of the first ``batches`` batches (None: all), as they were read (an earlier
-    hookdump kept ``[path, sha256]`` alone: those come back as such records)."""
-    try:
-        lines = (out / SCRATCH / INPUTS).read_text().splitlines()[:batches]
-        rows = [json.loads(line) for line in lines]
-    except (OSError, ValueError):  # a capture of hookdump 0.1, or none: nothing recorded to compare
-        return []
-    return [
-        item if isinstance(item, dict) else {"path": str(item[0]), "sha256": str(item[1])}
-        for batch in rows
-        if isinstance(batch, list)
-        for item in batch
-    ]
-
-
-def check_inputs_unchanged(out: Path, progress: dict[str, Any]) -> list[dict[str, Any]]:
-    """``--resume``: each input whose rows are already on disk still holds what was read then (its sha256),
-    so the finished files are all of today's inputs. Only those inputs are hashed again (spread over the
-    cores, ``forks``); their records are returned (each decoded then, the same bytes now: no header of
-    theirs needs checking again)."""
-    options = progress.get("options") or {}
-    image_key = options.get("image_key") or options.get("image_column")  # the inputs' image member or column
-
-    def unchanged(record: dict[str, Any]) -> None:
-        path, digest = record["path"], record["sha256"]
-        try:
-            now = input_digest(path, image_key)
-        except OSError as exc:
-            now = f"unreadable ({exc.strerror or exc})"
-        if now != digest:
-            what = f"sha256 {digest[:12]}... then, {now[:12]}... now" if len(now) == 64 else now
-            raise InputError(
-                f"Input `{path}` changed since the interrupted capture in `{out}` read it ({what}): the"
-                " rows already captured from it would not match it.",
-                "Put the original file back and rerun with --resume, or rerun with --overwrite to capture"
-                " every input again.",
-            )
-
-    records = read_inputs(out, int(progress.get("batches", 0)))
-    for _, exc in forks.failures(records, unchanged, first_only=True):
-        raise exc
-    return records
 
 
 #: The longest layer name a file may carry: file systems allow 255 bytes, and hookdump adds suffixes

@@ -1,4 +1,4 @@
-"""The record of one captured tensor, shared by the hooks that take it and the sinks that write it."""
+"""The record of one captured tensor, shared by the hooks that take it and the writer that writes it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ Key = tuple[str, str, "str | None", int]  # layer, kind ("output" / "input"), in
 
 @dataclass
 class Captured:
-    """One captured tensor (its batches are streamed to disk by ``sinks.Writer``)."""
+    """One captured tensor (its batches are streamed to disk by ``writer.Writer``)."""
 
     layer: str
     kind: str  # "output", "input", "grad" (of an output) or "attn" (attention weights, --attention)

@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..version import __version__
+from ...errors import InputError
+from ...version import __version__
 from .records import file_stem
 
 MANIFEST = "manifest.json"
