@@ -221,7 +221,7 @@ def matrix_stall_net(pretrained=False, **kwargs):
 if PHASE:  # hookdump's own steps, slowed where they are looked up (decoding in the DataLoader worker too)
     import hookdump.inputs.loader
     import hookdump.store.folder.saved
-    import hookdump.store.folder.writer
+    import hookdump.store.folder.streams
 
     def _slowed(owner, name, phase):
         original = getattr(owner, name)
@@ -233,7 +233,7 @@ if PHASE:  # hookdump's own steps, slowed where they are looked up (decoding in 
         setattr(owner, name, slow)
 
     _slowed(hookdump.inputs.loader, "read", "decode")
-    _slowed(hookdump.store.folder.writer.Writer, "append", "write")
+    _slowed(hookdump.store.folder.streams.Streams, "append", "write")
     _slowed(hookdump.store.folder.saved, "write_pt", "commit")
 '''
 

@@ -23,8 +23,8 @@ def test_batches_are_on_disk_before_the_commit(tmp_path: Path) -> None:
     parts = [torch.randn(2, 3, 4) for _ in range(3)]
     with Writer(out, ("npy", "pt", "safetensors")) as writer:
         for i, part in enumerate(parts, 1):
-            writer.append({KEY: part})
-            stream = writer.streams[KEY].path
+            writer.tensors.append({KEY: part})
+            stream = writer.tensors.files[KEY].path
             assert stream.stat().st_size == HEADER_BYTES + i * part.numel() * 4  # nothing kept in memory
         saved = writer.commit([Captured(*KEY, calls_per_forward=1)], {"model": "x"})
     expected = torch.cat(parts).numpy()
@@ -44,8 +44,8 @@ def test_batches_are_on_disk_before_the_commit(tmp_path: Path) -> None:
 def test_bfloat16_kept_round_trips_through_the_stream(tmp_path: Path) -> None:
     values = torch.randn(2, 5).to(torch.bfloat16)
     with Writer(tmp_path / "out", ("pt",), save_dtype="keep") as writer:
-        writer.append({KEY: values[:1]})
-        writer.append({KEY: values[1:]})
+        writer.tensors.append({KEY: values[:1]})
+        writer.tensors.append({KEY: values[1:]})
         (saved,) = writer.commit([Captured(*KEY, calls_per_forward=1)], {})
     loaded = torch.load(tmp_path / "out" / "blocks.0.pt")
     assert loaded.dtype == torch.bfloat16 and torch.equal(loaded, values)
@@ -55,13 +55,13 @@ def test_bfloat16_kept_round_trips_through_the_stream(tmp_path: Path) -> None:
 def test_an_error_leaves_no_output(tmp_path: Path) -> None:
     out = tmp_path / "out"
     with pytest.raises(LayerError, match="cannot be stacked"), Writer(out, ("npy",)) as writer:
-        writer.append({KEY: torch.zeros(1, 3)})
-        writer.append({KEY: torch.zeros(1, 4)})  # another trailing shape
+        writer.tensors.append({KEY: torch.zeros(1, 3)})
+        writer.tensors.append({KEY: torch.zeros(1, 4)})  # another trailing shape
     assert not out.exists()
     existing = tmp_path / "kept"
     (existing / "notes.txt").parent.mkdir()
     (existing / "notes.txt").write_text("mine")
     with pytest.raises(RuntimeError), Writer(existing, ("npy",)) as writer:
-        writer.append({KEY: torch.zeros(1, 3)})
+        writer.tensors.append({KEY: torch.zeros(1, 3)})
         raise RuntimeError("forward failed")
     assert [p.name for p in existing.iterdir()] == ["notes.txt"]

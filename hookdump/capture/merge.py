@@ -132,8 +132,8 @@ def _append(writer: Writer, entry: dict[str, Any], array: Any) -> None:
     for start in range(0, int(array.shape[0]), MERGE_CHUNK_ROWS):
         rows = array[start : start + MERGE_CHUNK_ROWS]
         tensor = rows.clone() if isinstance(rows, torch.Tensor) else torch.from_numpy(rows.copy())
-        writer.append({key: tensor})
-    writer.source_dtypes[key] = getattr(torch, entry["source_dtype"])
+        writer.tensors.append({key: tensor})
+    writer.tensors.source_dtypes[key] = getattr(torch, entry["source_dtype"])
 
 
 def _captured(stem: str, entry: dict[str, Any], captures: list[Any]) -> Captured:

@@ -71,7 +71,7 @@ def run(
         if writer.resumed is not None:
             recorder.restore(writer.resumed["recorder"])
         run = Run(torch_device, opts.dtype, opts.channels_last, opts.grad, opts.target)
-        watch = shapes.Watch(found.paths, found.config["input_size"], writer.streams)
+        watch = shapes.Watch(found.paths, found.config["input_size"], writer.tensors.files)
 
         run_record = {"options": options_record, "inputs": input_list}
         writer.start(run_record, None if source.random else input_list)
@@ -79,11 +79,11 @@ def run(
 
         def write(item: tuple[dict[Key, torch.Tensor], dict[str, Any], list[int], int, list[Any]]) -> None:
             tensors, progress, classes, images, records = item
-            writer.append(tensors)
+            writer.tensors.append(tensors)
             writer.checkpoint(progress, classes, [finish(record) for record in records])
             if on_batch is not None:
                 start = profile.clock()
-                on_batch(images, len(found.paths) or 1, writer.bytes_written())
+                on_batch(images, len(found.paths) or 1, writer.tensors.bytes_written())
                 profile.add("on_batch", start)  # the progress line, and malloc_trim in the console script
 
         behind = Behind(write)
@@ -124,7 +124,7 @@ def run(
         modules = dict(net.named_modules())
         for item in results:
             item.layout, item.windows = layouts.saved(
-                item.layer, item.kind, writer.streams[item.key].shape, item.layer in found.channels_last,
+                item.layer, item.kind, writer.tensors.files[item.key].shape, item.layer in found.channels_last,
                 _traced_rows(item, found), modules,
             )  # fmt: skip
         notes = (
@@ -137,7 +137,7 @@ def run(
         if state.skipped:
             notes.append(skipped_note(state.skipped))
         notes += filter(None, [watch.note()])
-        notes += writer.nonfinite_notes(results)  # NaN / Inf in a saved tensor, naming it
+        notes += writer.tensors.nonfinite_notes(results)  # NaN / Inf in a saved tensor, naming it
         with profile.span("records"):
             skipped = state.skipped_paths
             kept = [p for p in found.paths if str(p) not in skipped] if skipped else found.paths

@@ -10,20 +10,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ...errors import Interrupted
 from ...failures import DISK_FULL, disk_full
-from ..formats.choices import check_save_dtype, for_saving
-from ..formats.npystream import HEADER_BYTES, NpyStream
-from ..formats.stats import Accumulator, nonfinite_notes
+from ..formats.npystream import HEADER_BYTES
 from . import commit, inputtable, journal, outdir, profile
 from .journal import CLASSES, INPUTS, PROGRESS, RUN, SCRATCH
 from .lock import OutputLock
 from .manifest import MANIFEST
 from .reader import read_manifest
-from .records import Captured, Key, key_from_json
-from .saved import SavedTensor, dtype_name, saved_files
+from .records import Captured
+from .saved import SavedTensor
+from .streams import Streams
 
 
 class Writer:
@@ -53,22 +50,16 @@ class Writer:
         self.command = command  # who writes (``merge`` too), as a refusal names it
         self.needed = needed  # bytes the capture writes in all (``budget.total``), for a full disk's message
         self.formats = formats
-        # Streams that only become .npy files are not read back by this run: they bypass the page cache.
-        self.direct = not {"pt", "safetensors"} & set(formats)
-        self.save_dtype = save_dtype
         self.overwrite = overwrite
         self.resume = resume
         self.shard_bytes = shard_bytes
         self.scratch = out / SCRATCH
-        self.streams: dict[Key, NpyStream] = {}
-        self.source_dtypes: dict[Key, torch.dtype] = {}
-        self.stats: dict[Key, Accumulator | None] = {}  # None: resumed from a run that kept none
+        self.tensors = Streams(self.scratch, formats, save_dtype)  # each captured tensor's stream
         self.notes: list[str] = []
         self.resumed: dict[str, Any] | None = None  # the progress continued from, with --resume
         self.images_done = 0  # images the last checkpoint covers (what an interrupted run keeps)
         self.committed = False  # the files and the manifest are in place
         self._keep_scratch = False
-        self._synced = 0  # streams whose file names were made durable
         self.records: list[dict[str, Any]] = []  # each input's record (its sha256...) as its batch landed
         self.table: inputtable.Rows | None = None  # inputs.parquet, written as the batches land
         self.commit_notes: list[str] = []  # what the commit says (the inputs' records kept in the manifest)
@@ -120,28 +111,19 @@ class Writer:
         assert self.resumed is not None, "outdir.check makes sure"
         as_planned = self.planned[0] == self.resumed  # nothing written since the plan read it
         self.images_done = int(self.resumed.get("images", 0))
-        held = [  # all checked before any is touched
-            journal.check_holds(self.scratch, key_from_json(state["key"])[0], state)
-            for state in self.resumed["streams"]
-        ]
+        self.tensors.reopen(self.resumed["streams"])
         batches = self.resumed["batches"]  # a batch written but not checkpointed is done again: its lines go
         kept = journal.keep_lines(self.scratch / CLASSES, batches)
         self.resumed["classes"] = [int(c) for line in kept for c in line.split()]
         with profile.span("records"):
             journal.keep_lines(self.scratch / INPUTS, batches)
             self.records = list(self.planned[1]) if as_planned else journal.read_inputs(self.out, batches)
-        for state, (path, size) in zip(self.resumed["streams"], held, strict=True):
-            key = key_from_json(state["key"])
-            self.streams[key] = NpyStream.reopen(path, key[0], state, size, self.direct)
-            self.source_dtypes[key] = getattr(torch, state["source_dtype"])
-            kept = state.get("stats")
-            self.stats[key] = Accumulator.from_state(kept) if isinstance(kept, dict) else None
 
     def __exit__(self, *exc: object) -> None:
-        closers = [stream.close for stream in self.streams.values()]
-        for close in [*closers, *([self.table.discard] if self.table else [])]:
+        self.tensors.close()
+        if self.table is not None:
             with contextlib.suppress(OSError):  # a full disk must not keep the scratch folder from going
-                close()
+                self.table.discard()
         if not self._keep_scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
         self.lock.release()
@@ -162,7 +144,7 @@ class Writer:
             block = os.statvfs(self.out).f_frsize
         except OSError:
             block = 4096
-        return self.needed + max(len(self.streams), 1) * len(self.formats) * (HEADER_BYTES + block)
+        return self.needed + max(len(self.tensors.files), 1) * len(self.formats) * (HEADER_BYTES + block)
 
     def start(self, run: dict[str, Any], inputs: list[str] | None = None) -> None:
         """What stays the same for the whole run (options, the inputs), written once, for --resume; the
@@ -193,19 +175,7 @@ class Writer:
                 self.table.add(inputs)
         if classes:
             journal.append_line(self.scratch / CLASSES, " ".join(map(str, classes)))
-        streams = []
-        for key, stream in self.streams.items():
-            stream.sync()  # what the checkpoint counts is on the disk before the checkpoint is
-            acc = self.stats[key]
-            streams.append(
-                {
-                    "key": list(key), **stream.state(), "source_dtype": dtype_name(self.source_dtypes[key]),
-                    "stats": None if acc is None else acc.state(),
-                }
-            )  # fmt: skip
-        if len(self.streams) > self._synced:  # new files: their names reach the disk too
-            commit.sync_folder(self.scratch)
-            self._synced = len(self.streams)
+        streams = self.tensors.states()
         commit.write_json(self.scratch / PROGRESS, {**progress, "streams": streams}, durable=True)
         self.images_done = int(progress.get("images", 0))
         profile.add("checkpoint", start)
@@ -216,10 +186,6 @@ class Writer:
         """Whether the scratch folder stays when this writer closes (for --resume)."""
         return self._keep_scratch
 
-    def bytes_written(self) -> int:
-        """What the streams hold so far."""
-        return sum(s.path.stat().st_size for s in self.streams.values() if s.path.exists())
-
     def suspend(self, manifest: dict[str, Any]) -> None:
         """Interrupted: keep the scratch folder for --resume, and say so in ``manifest.json`` unless the
         folder holds a finished capture (which an interrupted --overwrite must not damage)."""
@@ -227,43 +193,10 @@ class Writer:
         if self._keep_scratch and read_manifest(self.out) is None:
             commit.write_json(self.out / MANIFEST, manifest)
 
-    def append(self, batch: dict[Key, torch.Tensor]) -> None:
-        """Add one forward pass's tensors, each to its own stream, and to its stats (of the saved values)."""
-        for key, tensor in batch.items():
-            if key not in self.streams:  # a stream keeps its first dtype: one check is enough
-                check_save_dtype(self.save_dtype, self.formats, {tensor.dtype})
-                self.streams[key] = NpyStream(
-                    self.scratch / f"stream-{len(self.streams)}.npy", key[0], self.direct
-                )
-                self.source_dtypes[key] = tensor.dtype
-                self.stats[key] = Accumulator()
-            start = profile.clock()
-            saved = for_saving(tensor, self.save_dtype)
-            self.streams[key].append(saved)
-            start = profile.add("write", start)
-            acc = self.stats[key]
-            if acc is not None:
-                acc.update(saved)
-            profile.add("stats", start)
-
-    def nonfinite_notes(self, entries: list[Captured]) -> list[str]:
-        """A note for each tensor that holds NaN or Inf, naming it."""
-        return nonfinite_notes((item.stem, item.kind, self.stats.get(item.key)) for item in entries)
-
-    def _stats(self, key: Key) -> dict[str, Any] | None:
-        acc = self.stats.get(key)
-        return None if acc is None else acc.result()
-
     def commit(self, entries: list[Captured], header: dict[str, Any]) -> list[SavedTensor]:
         """Name the files, write the other formats from the streams (never holding a whole tensor), move
         everything into ``out``, manifest last."""
-        streams = [self.streams[item.key] for item in entries]
-        for stream in streams:
-            stream.close()
-        stats = {item.key: self._stats(item.key) for item in entries}
-        saved, moves = saved_files(
-            entries, streams, self.source_dtypes, stats, self.formats, self.scratch, self.shard_bytes
-        )
+        saved, moves = self.tensors.save(entries, self.shard_bytes)
         header = dict(header)
         records = header.get("inputs")
         if isinstance(records, list) and records and not any(r.get("random") for r in records):
