@@ -107,10 +107,10 @@ def _records_twice() -> None:
 
     from hookdump.capture import run as capture_run
     from hookdump.inputs import classfolders
-    from hookdump.store.folder import inputtable, journal, writer
+    from hookdump.store.folder import inputrows, journal, writer
 
     shadow = Path(os.environ["HOOKDUMP_BENCH_SHADOW"])  # (made and removed by records_marginal)
-    table: Any = inputtable.Rows
+    table: Any = inputrows.Rows
     append = journal.append_line
 
     def twice(module: Any, name: str) -> None:  # module.name(...) called twice, the second result kept
@@ -143,8 +143,8 @@ def _records_twice() -> None:
     twice(own_json, "dumps")
     setattr(writer, "json", own_json)  # the journal's JSON (the writer's only use of json)  # noqa: B010
     journal.append_line = append_twice
-    inputtable.Rows = Rows  # type: ignore[misc]
-    twice(inputtable, "kept_in_manifest")
+    inputrows.Rows = Rows  # type: ignore[misc]
+    twice(inputrows, "kept_in_manifest")
     for name in ("input_records", "frame_notes"):
         twice(capture_run, name)
     twice(classfolders, "note")

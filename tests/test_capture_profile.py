@@ -85,7 +85,8 @@ def test_a_users_file_where_the_profile_goes_is_refused_before_any_work(
 
 @pytest.mark.skipif(sys.platform != "linux", reason="/proc")
 def test_process_age_counts_from_the_process_start() -> None:
-    code = "import time; time.sleep(1.5)\nfrom hookdump.store.folder import profile; print(profile.process_age())"
+    code = "import time; time.sleep(1.5)\nfrom hookdump.store.folder.profile import process_age\n"
+    code += "print(process_age())"
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     age = float(done.stdout)

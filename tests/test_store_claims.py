@@ -25,7 +25,7 @@ from conftest import SKIMAGE_DATA
 from test_cli_matrix import _console
 
 from hookdump.cli.app import app
-from hookdump.store.folder.claims import RECORD
+from hookdump.store.folder.record import RECORD
 
 MODEL = ("-m", "resnet18", "--input-size", "3,64,64")
 USER = b"the user's own bytes\n"

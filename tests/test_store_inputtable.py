@@ -1,4 +1,4 @@
-"""The inputs' table written as a capture's batches land (``inputtable.Rows``): a row group as soon as one
+"""The inputs' table written as a capture's batches land (``inputrows.Rows``): a row group as soon as one
 is full, the rest at ``close``; labels that turn out to be text start the table again from the journal. Read
 back with pyarrow alone."""
 
@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from hookdump.store.folder import inputtable
+from hookdump.store.folder import inputrows, inputtable
 
 
 def record(i: int, label: Any = None) -> dict[str, Any]:
@@ -23,13 +23,13 @@ def record(i: int, label: Any = None) -> dict[str, Any]:
 
 @pytest.fixture
 def small_groups(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(inputtable, "ROW_GROUP", 3)
+    monkeypatch.setattr(inputrows, "ROW_GROUP", 3)
 
 
 @pytest.mark.usefixtures("small_groups")
 def test_row_groups_are_written_as_the_records_come(tmp_path: Path) -> None:
     added = [record(i, i % 2) for i in range(7)]
-    rows = inputtable.Rows(tmp_path / "inputs.parquet", lambda: added)
+    rows = inputrows.Rows(tmp_path / "inputs.parquet", lambda: added)
     rows.add(added[:2])
     assert (rows.written, rows.rows) == (0, 2)  # a row group waits until it is full
     rows.add(added[2:5])
@@ -50,7 +50,7 @@ def test_row_groups_are_written_as_the_records_come(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("small_groups")
 def test_a_text_label_after_integers_writes_the_table_again(tmp_path: Path) -> None:
     journal: list[dict[str, Any]] = []
-    rows = inputtable.Rows(tmp_path / "inputs.parquet", lambda: list(journal))
+    rows = inputrows.Rows(tmp_path / "inputs.parquet", lambda: list(journal))
     for batch in (
         [record(0, 5), record(1), record(2, 7)],
         [record(3, 8)],
@@ -66,11 +66,11 @@ def test_a_text_label_after_integers_writes_the_table_again(tmp_path: Path) -> N
 
 def test_a_text_label_in_the_last_rows_and_no_rows_at_all(tmp_path: Path) -> None:
     records = [record(0, 1), record(1, "cat")]
-    rows = inputtable.Rows(tmp_path / "a.parquet", lambda: records)
+    rows = inputrows.Rows(tmp_path / "a.parquet", lambda: records)
     rows.add(records)
     rows.close()
     assert [r["label"] for r in pq.read_table(tmp_path / "a.parquet").to_pylist()] == ["1", "cat"]
-    empty = inputtable.Rows(tmp_path / "b.parquet", list)
+    empty = inputrows.Rows(tmp_path / "b.parquet", list)
     assert empty.close()["count"] == 0
     assert pq.read_table(tmp_path / "b.parquet").num_rows == 0
 
@@ -79,9 +79,9 @@ def test_a_file_name_that_is_not_utf8_keeps_the_records_in_the_manifest(tmp_path
     """Parquet strings are UTF-8: a name holding an undecodable byte (``\\udcff`` as Python reads it) keeps
     the records in the manifest, with a note naming the first such file; other names go to the table."""
     good = [str(tmp_path / f"{i}.png") for i in range(5)]
-    assert inputtable.kept_in_manifest(good) is None
+    assert inputrows.kept_in_manifest(good) is None
     bad = str(tmp_path / "caf\udcff.png")
-    note = inputtable.kept_in_manifest([*good, bad, str(tmp_path / "x\udcfe.png")])
+    note = inputrows.kept_in_manifest([*good, bad, str(tmp_path / "x\udcfe.png")])
     assert note is not None and repr(bad) in note and "\\udcfe" not in note
 
 
@@ -102,7 +102,7 @@ def test_the_columns_equal_pyarrows_own_conversion(text: bool) -> None:
     pyarrow makes from the same Python lists."""
     import pyarrow as pa
 
-    made = inputtable._as_table(_tricky(), 10, text)
+    made = inputtable.as_table(_tricky(), 10, text)
     made.validate(full=True)
     theirs = pa.table(
         [pa.array(made.column(i).to_pylist(), f.type) for i, f in enumerate(made.schema)], schema=made.schema
@@ -121,8 +121,8 @@ def test_writing_the_table_does_not_import_pandas(tmp_path: Path) -> None:
     capture that writes its table never needs it."""
     table = str(tmp_path / "inputs.parquet")
     code = (
-        "import sys; from pathlib import Path; from hookdump.store.folder import inputtable;"
-        f"inputtable.write(Path({table!r}), [{{'path': 'a.png', 'label': 'cat'}}]);"
+        "import sys; from pathlib import Path; from hookdump.store.folder import inputrows;"
+        f"inputrows.write(Path({table!r}), [{{'path': 'a.png', 'label': 'cat'}}]);"
         "print('pandas' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

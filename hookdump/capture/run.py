@@ -123,10 +123,15 @@ def run(
         results = recorder.entries()
         modules = dict(net.named_modules())
         for item in results:
+            shape = writer.tensors.files[item.key].shape
             item.layout, item.windows = layouts.saved(
-                item.layer, item.kind, writer.tensors.files[item.key].shape, item.layer in found.channels_last,
-                _traced_rows(item, found), modules,
-            )  # fmt: skip
+                item.layer,
+                item.kind,
+                shape,
+                item.layer in found.channels_last,
+                _traced_rows(item, found),
+                modules,
+            )
         notes = (
             found.tree.notes + weight_notes + found.notes + writer.notes + _capture_notes(recorder, results)
         )

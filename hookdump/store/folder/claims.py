@@ -11,23 +11,16 @@ work, naming it (exit 2). Files are written beside their place and renamed in at
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import os
 import shutil
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
-from ...digest import sha256
 from ...errors import UsageError
 from ...failures import from_environment
+from . import record
 from .lock import check_free
 from .manifest import below
-
-RECORD = ".hookdump-files.json"  # the files hookdump wrote in a folder, beside a capture's manifest
-KIND = "hookdump_files"
 
 
 def check_folder(folder: Path, option: str, elsewhere: str = "") -> None:
@@ -61,60 +54,26 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:] + "."
 
 
-def read_record(folder: Path) -> dict[str, dict[str, Any]]:
-    """The files the folder's record lists (name -> size, sha256), or {} (no record, or not hookdump's)."""
-    try:
-        data = json.loads((folder / RECORD).read_text())
-    except (OSError, ValueError):
-        return {}
-    files = data.get("files") if isinstance(data, dict) and KIND in data else None
-    return {str(k): v for k, v in files.items() if isinstance(v, dict)} if isinstance(files, dict) else {}
-
-
-def recorded(folder: Path) -> list[str]:
-    """The names the folder's record lists that are there, as hookdump wrote them."""
-    return [name for name, entry in read_record(folder).items() if _unchanged(folder / name, entry)]
-
-
-def _unchanged(path: Path, entry: dict[str, Any]) -> bool:
-    """Whether ``path`` is the file the record describes (a name recorded before its file came: yes)."""
-    if not path.is_file() or path.is_symlink():
-        return False
-    if entry.get("size") is None:  # recorded, then killed before the rename: the name is hookdump's
-        return True
-    stat = path.stat()
-    if stat.st_size != entry["size"]:
-        return False
-    return (stat.st_mtime_ns == entry.get("mtime_ns")) or sha256(path) == entry.get("sha256")
-
-
 def in_the_way(
     folder: Path, names: Iterable[str], command: str, elsewhere: str, ours: Iterable[str] = ()
 ) -> None:
     """Refuse, before any work, the first of ``names`` (``sub/`` a subfolder replaced whole) that is in
     ``folder`` and not hookdump's to replace: listed in the folder's record as written (``ours``: what the
     caller knows to be its own, e.g. a capture's files), else a user's file."""
-    mine = set(recorded(folder)) | set(ours)
+    mine = set(record.recorded(folder)) | set(ours)
     for name in names:
         path = folder / name.rstrip("/")
         if name.endswith("/"):
             if path.exists() and not path.is_dir():
                 refuse(path, command, elsewhere, "a file where it keeps a folder of its own")
             if path.is_dir() and not any(n.startswith(name) for n in mine):  # even empty: not hookdump's
-                refuse(path, command, elsewhere, why(folder, name))
+                refuse(path, command, elsewhere, record.why(folder, name))
             for inner in sorted(path.rglob("*")) if path.is_dir() else []:
                 rel = inner.relative_to(folder).as_posix()
                 if not inner.is_dir() and rel not in mine:
-                    refuse(inner, command, elsewhere, why(folder, rel))
+                    refuse(inner, command, elsewhere, record.why(folder, rel))
         elif (path.exists() or path.is_symlink()) and name not in mine:
-            refuse(path, command, elsewhere, why(folder, name))
-
-
-def why(folder: Path, name: str) -> str:
-    """Why a file in the way is not hookdump's to replace: no record names it, or it changed since."""
-    if name in read_record(folder):
-        return "a file hookdump wrote there, changed since"
-    return "and no hookdump record there says hookdump wrote it"
+            refuse(path, command, elsewhere, record.why(folder, name))
 
 
 def refuse(path: Path, command: str, elsewhere: str, reason: str) -> None:
@@ -162,20 +121,20 @@ class Claim:
         if not self.staged:
             return []
         names = [self._files(tmp, name) for tmp, name in self.staged]
-        with self._record() as record:
+        with self._writing(), record.edit(self.folder) as files:
             for name in (n for group in names for n in group):
-                record[name] = {"command": self.command}
+                files[name] = {"command": self.command}
         with self._writing():
             for tmp, name in self.staged:
                 self._rename(tmp, name)
-        with self._record() as record:
+        with self._writing(), record.edit(self.folder) as files:
             for (_, name), group in zip(self.staged, names, strict=True):
                 if name.endswith("/"):  # the old folder's files went with it
                     prefix = name
-                    for gone in [n for n in record if n.startswith(prefix) and n not in group]:
-                        del record[gone]
+                    for gone in [n for n in files if n.startswith(prefix) and n not in group]:
+                        del files[gone]
                 for file in group:
-                    record[file] = _describe(self.folder / file, self.command)
+                    files[file] = record.describe(self.folder / file, self.command)
         self.staged = []
         return [self.folder / name.rstrip("/") for group in names for name in group]
 
@@ -199,21 +158,6 @@ class Claim:
                 os.rename(old, target)
             raise
         shutil.rmtree(old, ignore_errors=True)
-
-    @contextlib.contextmanager
-    def _record(self) -> Iterator[dict[str, dict[str, Any]]]:
-        """The folder's record, to change in the block; written whole (a rename) at its end."""
-        with _folder_locked(self.folder):
-            files = read_record(self.folder)
-            yield files
-            text = json.dumps({KIND: 1, "files": dict(sorted(files.items()))}, indent=1) + "\n"
-            tmp = self.folder / f".{RECORD}.{os.getpid()}.tmp"
-            with self._writing():
-                if not files:  # nothing of hookdump's left: no record either
-                    (self.folder / RECORD).unlink(missing_ok=True)
-                    return
-                tmp.write_text(text)
-                os.replace(tmp, self.folder / RECORD)
 
     def discard(self) -> None:
         for tmp, _ in self.staged:
@@ -260,7 +204,7 @@ def claim(
     return Claim(folder, command, elsewhere)
 
 
-def remove(folder: Path, names: Iterable[str], listed_in: str = RECORD) -> None:
+def remove(folder: Path, names: Iterable[str], listed_in: str = record.RECORD) -> None:
     """Remove hookdump's files ``names`` (``report/3.png``: in a subfolder, which goes too once empty) and
     take them out of the folder's record."""
     gone = [str(n) for n in names]
@@ -270,26 +214,7 @@ def remove(folder: Path, names: Iterable[str], listed_in: str = RECORD) -> None:
         for parent in path.relative_to(folder).parents[:-1]:  # report/inputs, then report
             with contextlib.suppress(OSError):
                 (folder / parent).rmdir()
-    if set(gone) & set(read_record(folder)):
-        with Claim(folder, "", "")._record() as record:
+    if set(gone) & set(record.read(folder)):
+        with Claim(folder, "", "")._writing(), record.edit(folder) as files:
             for name in gone:
-                record.pop(name, None)
-
-
-def _describe(path: Path, command: str) -> dict[str, Any]:
-    stat = path.stat()
-    return {
-        "command": command, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256(path),
-        "written": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stat.st_mtime)),
-    }  # fmt: skip
-
-
-@contextlib.contextmanager
-def _folder_locked(folder: Path) -> Iterator[None]:
-    """Hold a kernel lock on the folder itself while its record changes (two commands side by side)."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+                files.pop(name, None)

@@ -21,7 +21,7 @@ from typing import Any
 
 from ...errors import UsageError
 from ..formats.safetensors import SAFETENSORS_FILE, SAFETENSORS_INDEX
-from . import claims
+from . import claims, record
 from .journal import JOURNAL, SCRATCH, committing
 from .lock import OutputLock
 from .manifest import MANIFEST, inside
@@ -52,7 +52,7 @@ def previous_files(out: Path) -> list[str]:
     if any(name != SAFETENSORS_FILE and name.startswith("tensors-") for name in files):
         files.add(SAFETENSORS_INDEX)
     files = {n for n in files if (out / n).parent == out and (out / n).is_file()}
-    return sorted(files | set(claims.recorded(out)))
+    return sorted(files | set(record.recorded(out)))
 
 
 def owned(out: Path) -> list[str]:

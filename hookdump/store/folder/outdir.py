@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InputError, UsageError
-from . import claims
+from . import claims, record
 from .claims import check_folder
 from .journal import PROGRESS, SCRATCH, committing, read_progress
 from .manifest import MANIFEST
@@ -62,7 +62,7 @@ def in_the_way(
         return
     for name in names:
         if name not in mine and re.fullmatch("|".join(pattern), name):
-            claims.refuse(out / name, command, "choose another --out", claims.why(out, name))
+            claims.refuse(out / name, command, "choose another --out", record.why(out, name))
 
 
 def check(out: Path, overwrite: bool, resume: bool) -> None:

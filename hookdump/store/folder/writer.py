@@ -13,7 +13,7 @@ from typing import Any
 from ...errors import Interrupted
 from ...failures import DISK_FULL, disk_full
 from ..formats.npystream import HEADER_BYTES
-from . import commit, inputtable, journal, outdir, profile
+from . import commit, inputrows, inputtable, journal, outdir, profile
 from .journal import CLASSES, INPUTS, PROGRESS, RUN, SCRATCH
 from .lock import OutputLock
 from .manifest import MANIFEST
@@ -61,7 +61,7 @@ class Writer:
         self.committed = False  # the files and the manifest are in place
         self._keep_scratch = False
         self.records: list[dict[str, Any]] = []  # each input's record (its sha256...) as its batch landed
-        self.table: inputtable.Rows | None = None  # inputs.parquet, written as the batches land
+        self.table: inputrows.Rows | None = None  # inputs.parquet, written as the batches land
         self.commit_notes: list[str] = []  # what the commit says (the inputs' records kept in the manifest)
 
     def __enter__(self) -> Writer:
@@ -155,12 +155,12 @@ class Writer:
         if inputs is None:
             return
         with profile.span("records"):
-            kept = inputtable.kept_in_manifest(inputs)
+            kept = inputrows.kept_in_manifest(inputs)
             if kept is not None:
                 self.commit_notes.append(kept)
             elif all("mode" in r for r in self.records):  # (else a journal of sha256 alone: at commit)
                 so_far = functools.partial(journal.read_inputs, self.out)  # every record so far
-                self.table = inputtable.Rows(self.scratch / inputtable.TABLE, so_far)
+                self.table = inputrows.Rows(self.scratch / inputtable.TABLE, so_far)
                 self.table.add(self.records)  # an interrupted run's table has no footer: written again
 
     def checkpoint(self, progress: dict[str, Any], classes: list[int], inputs: list[dict[str, Any]]) -> None:
@@ -202,7 +202,7 @@ class Writer:
         if isinstance(records, list) and records and not any(r.get("random") for r in records):
             # (the table written as the batches landed was allowed at start: the names are not checked again)
             names = None if self.table is not None else [str(r.get("path")) for r in records]
-            kept = None if names is None else inputtable.kept_in_manifest(names)
+            kept = None if names is None else inputrows.kept_in_manifest(names)
             if kept is None:  # the inputs' records beside the tensors, the manifest keeps a count
                 header["inputs"] = self._table(records)
                 moves[inputtable.TABLE] = inputtable.TABLE
@@ -229,4 +229,4 @@ class Writer:
                 return self.table.close()
             if self.table is not None:
                 self.table.discard()
-            return inputtable.write(path, records)
+            return inputrows.write(path, records)
