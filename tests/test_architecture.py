@@ -228,6 +228,78 @@ def test_every_registered_source_gives_the_whole_interface() -> None:
     assert {f.name for f in fields(Source)} == {*required, "record", "rerun", "attention"}
 
 
+#: Inside a wing, its parts from the bottom up: a part imports only the parts before it in its list.
+#: ``core``: the package's own modules (``model/*.py``), which import each other; ``each``: every other
+#: sub-package or module, a peer of the others that imports none of them; the package's ``__init__`` (a
+#: registry) stands over all its parts.
+PARTS = {
+    "hookdump.store": ["formats", "folder"],
+    "hookdump.model": ["core", "sources"],
+    "hookdump.model.sources": ["base", "each"],
+}
+
+
+def part(module: str, package: str, package_dir: Path) -> str | None:
+    """The part of ``package`` that ``module`` is in (a name of ``PARTS[package]``, ``core``, a peer's
+    own name), ``__init__`` for the package itself, or None outside it."""
+    if module == package:
+        return "__init__"
+    if not module.startswith(package + "."):
+        return None
+    first = module[len(package) + 1 :].split(".")[0]
+    if first in PARTS[package]:
+        return first
+    if "core" in PARTS[package] and not (package_dir / first / "__init__.py").is_file():
+        return "core"
+    return first
+
+
+def downward(found: list[Import], package_root: Path = PACKAGE) -> list[str]:
+    """Each import inside a wing from one of its parts to a part that is not below it (``PARTS``), as a
+    sentence naming both files."""
+    bad = []
+    for package, order in PARTS.items():
+        folder = package_root.parent.joinpath(*package.split("."))
+        rank = {name: i for i, name in enumerate(order)}
+        for i in found:
+            a, b = part(i.source, package, folder), part(i.target, package, folder)
+            if a is None or b is None or a == b or a == "__init__":
+                continue
+            ra, rb = rank.get(a, rank.get("each")), rank.get(b, rank.get("each"))
+            if b == "__init__" or ra is None or rb is None or rb >= ra:
+                bad.append(
+                    f"{_where(i)} ({package}: {a}) imports {', '.join(i.names) or i.target} from"
+                    f" {i.target_file} ({b}), which is not below it"
+                )
+    return bad
+
+
+def test_each_sub_package_imports_only_downward() -> None:
+    """The store's formats part imports nothing of its folder part; the model's core imports no source,
+    and no source another; each part of a wing imports only the parts below it (``PARTS``)."""
+    bad = downward(imports(PACKAGE))
+    assert not bad, "imports that run up or across a wing's parts (PARTS):\n" + "\n".join(bad)
+
+
+def test_the_store_formats_import_nothing_of_the_folder_part() -> None:
+    found = [i for i in imports(PACKAGE) if i.source.startswith("hookdump.store.formats")]
+    assert found and not [i for i in found if i.target.startswith("hookdump.store.folder")], found
+
+
+def test_the_part_check_catches_formats_importing_the_folder_and_one_source_another(tmp_path: Path) -> None:
+    copy = tmp_path / "hookdump"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "data"))
+    npy = copy / "store" / "formats" / "npy.py"
+    npy.write_text(npy.read_text() + "\nfrom ..folder.manifest import MANIFEST  # added\n")
+    tv = copy / "model" / "sources" / "tv.py"
+    tv.write_text(tv.read_text() + "\nfrom .hf import load  # added\n")
+    bad = downward(imports(copy), copy)
+    assert [b.split(" (")[0] for b in bad] == [
+        f"hookdump/store/formats/npy.py:{len(npy.read_text().splitlines())}",
+        f"hookdump/model/sources/tv.py:{len(tv.read_text().splitlines())}",
+    ], bad
+
+
 def test_the_source_check_catches_a_core_module_that_imports_a_source(tmp_path: Path) -> None:
     copy = tmp_path / "hookdump"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "data"))
