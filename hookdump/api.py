@@ -18,7 +18,7 @@ from .capture.options import CaptureOptions
 from .capture.results import CapturePlan, CaptureResult, ModuleTree, from_manifest
 from .errors import UsageError
 from .inputs import files, loader, transforms
-from .inputs.files import InputSpec
+from .inputs.spec import InputSpec
 from .model import attention, inventory, layers, layouts, opspecs, sources
 from .model.device import resolve_device
 from .model.sources import module as module_source

@@ -315,7 +315,7 @@ def preflight_cost(work: Path, count: int, rounds: int) -> None:
     import time
 
     from hookdump.inputs import files, forks
-    from hookdump.inputs.files import InputSpec
+    from hookdump.inputs.spec import InputSpec
 
     folder = work / "tiny" if (work / "tiny").is_dir() else tiny(work / "tiny", count)
     spread, config = forks.AT_LEAST, {"input_size": (3, 16, 16), "mean": (0.5,) * 3, "std": (0.5,) * 3}

@@ -16,7 +16,7 @@ import torch
 from conftest import inputs_of
 from safetensors.numpy import load_file
 
-from hookdump.inputs.files import sample_path
+from hookdump.inputs.spec import sample_path
 
 MODEL = ("-m", "test_resnet")
 

@@ -19,7 +19,7 @@ from conftest import PLUGINS, SKIMAGE_DATA, inputs_of
 from helpers import hand_hooks, odd_model, photo_batch, seeded
 
 from hookdump import api
-from hookdump.inputs.files import InputSpec
+from hookdump.inputs.spec import InputSpec
 
 pytestmark = pytest.mark.skipif(
     shutil.which(os.environ.get("CXX", "g++")) is None, reason="torch.compile on a CPU needs a C++ compiler"

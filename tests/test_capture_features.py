@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from hookdump import api
 from hookdump.errors import InputError, LayerError, UsageError
-from hookdump.inputs.files import InputSpec
+from hookdump.inputs.spec import InputSpec
 
 PLUGINS = Path(__file__).parent / "plugins"
 ODD = ("--import", str(PLUGINS / "odd_plugin.py"), "-m", "odd_net", "--input-size", "3,8,8", "--random-input")

@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 from torchvision.models.feature_extraction import create_feature_extractor
 
 from hookdump import api
-from hookdump.inputs.files import InputSpec
+from hookdump.inputs.spec import InputSpec
 
 Adapt = Callable[[torch.Tensor], torch.Tensor]
 

@@ -14,7 +14,7 @@ import pytest
 from hookdump import api
 from hookdump.errors import UsageError
 from hookdump.inputs import forks
-from hookdump.inputs.files import InputSpec
+from hookdump.inputs.spec import InputSpec
 from hookdump.store.folder import profile
 
 

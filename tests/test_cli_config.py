@@ -42,7 +42,7 @@ def test_capture_keys_from_the_real_command() -> None:
     # every option a manifest records is a key, so `--config manifest.json` reruns it
     from hookdump.capture.header import options_record
     from hookdump.capture.options import CaptureOptions
-    from hookdump.inputs.files import InputSpec
+    from hookdump.inputs.spec import InputSpec
     from hookdump.model.spec import ModelSpec
 
     recorded = options_record(InputSpec(), [], ModelSpec(), CaptureOptions(compile=True))

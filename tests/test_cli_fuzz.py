@@ -46,7 +46,7 @@ import hookdump
 from hookdump.cli.app import app
 from hookdump.cli.config import config_keys
 from hookdump.errors import HookdumpError
-from hookdump.inputs.files import sample_path
+from hookdump.inputs.spec import sample_path
 
 # Hypothesis keeps caches in ./.hypothesis, the checkout (where pytest starts); its pytest plugin writes
 # there while collecting, before any fixture runs. A temporary folder instead, removed at exit.

@@ -17,8 +17,8 @@ from PIL import Image
 from hookdump.errors import EXIT_INPUT, InputError
 from hookdump.inputs import files as inputs
 from hookdump.inputs import images
-from hookdump.inputs.files import InputSpec
 from hookdump.inputs.images import open_image
+from hookdump.inputs.spec import InputSpec
 
 MODEL = ("-m", "test_resnet")
 SIXTEEN_BIT = "16-bit grayscale scaled to 8 bits (value / 257), then to RGB"

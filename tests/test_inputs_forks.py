@@ -21,7 +21,7 @@ from PIL import Image
 
 from hookdump.errors import InputError
 from hookdump.inputs import files, forks
-from hookdump.inputs.files import InputSpec
+from hookdump.inputs.spec import InputSpec
 from hookdump.store.folder import journal
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="inputs are checked in one process elsewhere")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hookdump import api
-from hookdump.inputs.files import InputSpec
+from hookdump.inputs.spec import InputSpec
 
 IMAGENET_CATS = range(281, 286)  # tabby, tiger cat, Persian, Siamese, Egyptian cat
 SCRIPT = Path(__file__).parent.parent / "scripts" / "lite0_checkpoint.py"

@@ -18,7 +18,7 @@ from ..store.folder.manifest import SCHEMA_VERSION
 from ..version import __version__
 
 if TYPE_CHECKING:  # types only: the header is built by a run that has them all loaded
-    from ..inputs.files import InputSpec
+    from ..inputs.spec import InputSpec
     from ..model.spec import ModelSpec, ResolvedName
     from .options import CaptureOptions
 

@@ -23,7 +23,7 @@ from .merge import MergeResult, merge
 from .options import CaptureOptions
 
 if TYPE_CHECKING:  # types only
-    from ..inputs.files import InputSpec
+    from ..inputs.spec import InputSpec
 
 RANKS_FOLDER = ".hookdump-ranks"
 

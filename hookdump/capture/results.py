@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..inputs.files import InputSpec
+from ..inputs.spec import InputSpec
 from ..model.layers import LayerTarget
 from ..model.spec import ModelSpec
 from ..model.tree import Inventory, ModuleInfo

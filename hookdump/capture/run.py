@@ -14,8 +14,9 @@ import torch
 from .. import units
 from ..errors import Interrupted
 from ..inputs import classfolders, files, loader
-from ..inputs.files import frame_notes, random_batch, skipped_note
-from ..inputs.files import records as input_records
+from ..inputs.files import skipped_note
+from ..inputs.records import finisher, frame_notes
+from ..inputs.records import records as input_records
 from ..model import layouts
 from ..model.device import resolve_device
 from ..model.spec import ResolvedName
@@ -75,7 +76,7 @@ def run(
 
         run_record = {"options": options_record, "inputs": input_list}
         writer.start(run_record, None if source.random else input_list)
-        finish = files.finisher(found.paths, source)  # the records the decoding workers made, finished
+        finish = finisher(found.paths, source)  # the records the decoding workers made, finished
 
         def write(item: tuple[dict[Key, torch.Tensor], dict[str, Any], list[int], int, list[Any]]) -> None:
             tensors, progress, classes, images, records = item
@@ -232,7 +233,7 @@ def _batches(found: CapturePlan, done: int) -> Generator[loader.Batch, None, Non
     assert source is not None
     if source.random:
         if not done:
-            yield loader.Batch([], random_batch(found.config, source.seed))
+            yield loader.Batch([], loader.random_batch(found.config, source.seed))
         return
     rest = found.paths[done * opts.batch_size :]
     workers = loader.default_workers(len(rest), opts.batch_size) if opts.workers is None else opts.workers

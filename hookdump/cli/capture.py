@@ -137,14 +137,14 @@ def capture_command(
         digest.prefetch(checkpoint)
     # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
     from .. import api
-    from ..inputs import files
+    from ..inputs.spec import InputSpec
     from . import progress, render
 
     if print_config:
         return shell.print_config(ctx)
     spec = spec_of(model, imports, model_arg, checkpoint=checkpoint, pretrained=pretrained, seed=seed)
     key = image_key.lower().lstrip(".") if image_key else None
-    source = files.InputSpec(
+    source = InputSpec(
         tuple(images or ()), sample, random_input, seed, size_of(input_size), key, image_column, label_column
     )
     names = set(api.CaptureOptions.__dataclass_fields__) - {"formats"}

@@ -74,6 +74,6 @@ def spec_of(name: str | None, imports: list[str] | None, args: list[str] | None,
 
 def size_of(text: str | None) -> tuple[int, int, int] | None:
     # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
-    from ..inputs.files import parse_input_size
+    from ..inputs.spec import parse_input_size
 
     return parse_input_size(text) if text else None

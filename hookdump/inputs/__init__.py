@@ -1,5 +1,6 @@
-"""The inputs: paths, folders, globs and ``@list.txt`` to image files and the model's eval transform
-(``files``), one image file to pixels (``images``), batches decoded in worker processes (``loader``).
+"""The inputs: where the images come from (``spec``); paths, folders (``walk``), globs and ``@list.txt`` to
+the checked list of inputs (``files``); one image file to pixels (``images``); the model's eval transform
+(``transforms``); batches decoded in worker processes (``loader``); the inputs' records (``records``).
 
 Imports the ground and ``model`` (a model name given where an image was meant). Imported by store, capture,
 pictures, report, api and cli.

@@ -1,63 +1,22 @@
-"""Input paths (files, folders, globs, ``@list.txt``) to batches made by the model's own eval transform."""
+"""What the user named (files, folders, globs, ``@list.txt``, tar shards, tables) to the list of input paths,
+in a stable order and checked (``--skip-bad`` records the unreadable ones); ``--dry-run``'s decoding of them;
+the notes on what the inputs' options did."""
 
 from __future__ import annotations
 
 import glob
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from ..errors import InputError, UsageError
 from ..model.sources.timm.names import ALIASES
 from ..units import first_few
-from . import classfolders, forks, shards, tables
-from .images import check_image, describe, digest, labels, load_formats, open_image
+from . import forks, shards, tables
+from .images import check_image, load_formats, open_image
+from .spec import InputSpec, sample_path
 from .transforms import model_mode
-
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """Where the images come from."""
-
-    paths: tuple[str, ...] = ()
-    sample: bool = False
-    random: bool = False
-    seed: int = 0
-    input_size: tuple[int, int, int] | None = None
-    image_key: str | None = None  # a tar shard sample's image member (its extension); None: the first image
-    image_column: str | None = (
-        None  # a Parquet / datasets table's column of images; None: `image`, or the one
-    )
-    label_column: str | None = None  # ... its column of labels
-
-    @property
-    def image_part(self) -> str | None:
-        """Which part of an input holds its image: a tar sample's member, a table's column."""
-        return self.image_key or self.image_column
-
-
-def sample_path() -> Path:
-    """The public-domain photo bundled with hookdump (scikit-image's ``chelsea``, downscaled)."""
-    return Path(str(resources.files("hookdump") / "data" / "sample.jpg"))
-
-
-def parse_input_size(text: str) -> tuple[int, int, int]:
-    """``3,224,224`` -> ``(3, 224, 224)``."""
-    parts = text.replace("x", ",").split(",")
-    try:
-        c, h, w = (int(p) for p in parts)
-    except ValueError:
-        c = h = w = 0
-    if min(c, h, w) < 1:
-        raise UsageError(f"--input-size `{text}` is not C,H,W.", "Write it like 3,224,224.")
-    return c, h, w
+from .walk import IMAGE_SUFFIXES, walk
 
 
 def collect(
@@ -98,7 +57,7 @@ def collect(
             continue
         found.extend(_expand(text, skip, left_out))
     for folder in dict.fromkeys(left_out):
-        if notes is not None and (count := len(_walk(folder, frozenset(), []))):
+        if notes is not None and (count := len(walk(folder, frozenset(), []))):
             notes.append(
                 f"the folder walk left out `{folder}`, the output folder (--out), and the {count} image(s) in"
                 " it: captures are never read as inputs (pass such a file by its path to take it)"
@@ -189,7 +148,7 @@ def _expand(text: str, skip: frozenset[Path], left_out: list[Path]) -> list[Path
             "Choose another --out, e.g. a folder beside it.",
         )
     if path.is_dir():
-        images = _walk(path, skip, left_out)
+        images = walk(path, skip, left_out)
         if not images:
             raise InputError(
                 f"Folder `{path}` holds no images.", f"hookdump reads {', '.join(sorted(IMAGE_SUFFIXES))}."
@@ -224,113 +183,6 @@ def _is_model_name(text: str) -> bool:
     if text.startswith("tv:"):  # torchvision's, as -m tv:NAME takes them
         return text[3:].isidentifier()
     return "/" not in text and (text in ALIASES or timm.is_model(text))
-
-
-def _walk(folder: Path, skip: frozenset[Path], left_out: list[Path]) -> list[Path]:
-    """Image files under ``folder``, sorted as paths sort; hidden names (``.x``, AppleDouble ``._x``) and
-    ``skip`` left out (the folders of ``skip`` met are added to ``left_out``).
-
-    Symlinked files are taken, symlinked folders are not entered (no loops); an unreadable folder is an error.
-    Each entry's type comes from its folder listing: only a symlink costs a stat (100,000 files: 0.3 s).
-    """
-    found: list[tuple[tuple[str, ...], Path]] = []  # (parts under folder, path): sorts as the paths do
-
-    def visit(here: Path, parts: tuple[str, ...]) -> None:
-        try:
-            with os.scandir(here) as listing:
-                entries = list(listing)
-        except OSError as exc:
-            why = exc.strerror or str(exc)
-            raise InputError(
-                f"Folder `{exc.filename}` cannot be read: {why[:1].lower()}{why[1:]}.",
-                "Make it readable (chmod u+rx), or move it out of the input folder.",
-            ) from None
-        for entry in entries:
-            name, link = entry.name, entry.is_symlink()
-            path = here / name
-            if path.is_dir() if link else entry.is_dir(follow_symlinks=False):  # (a link: its target's)
-                if path.resolve() in skip:
-                    left_out.append(path)
-                elif not name.startswith(".") and not link:
-                    visit(path, (*parts, name))
-            elif _is_image_name(name) and (path.is_file() if link else entry.is_file(follow_symlinks=False)):
-                found.append(((*parts, name), path))  # (a link: to a file, not a dangling one or a loop)
-
-    visit(folder, ())
-    return [path for _, path in sorted(found, key=lambda item: item[0])]
-
-
-def _is_image_name(name: str) -> bool:
-    """Not hidden (``.x``, AppleDouble ``._x``), and a suffix hookdump reads."""
-    return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_SUFFIXES
-
-
-def random_batch(config: dict[str, Any], seed: int) -> torch.Tensor:
-    """One seeded standard-normal input of the model's input size."""
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randn((1, *config["input_size"]), generator=generator)
-
-
-def records(
-    paths: list[Path],
-    source: InputSpec,
-    config: dict[str, Any],
-    made: list[dict[str, Any]] | None = None,
-    finish: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-) -> list[dict[str, Any]]:
-    """The inputs' records: each path's as the decoding workers made it (``made``: in the run's order,
-    finished by ``finish``, ``finisher``'s), else read here; or the seeded random input."""
-    if source.random:
-        return [{"random": True, "seed": source.seed, "shape": [1, *config["input_size"]]}]
-    made = made or []
-    if len(made) == len(paths) and all(
-        "mode" in r and r["path"] == str(p) for r, p in zip(made, paths, strict=True)
-    ):  # every input decoded by this run (or the run it resumes), in order: the usual case
-        return made
-    mode, key, known = model_mode(config), source.image_part, {r["path"]: r for r in made}
-
-    def record(path: Path) -> dict[str, Any]:
-        nonlocal finish
-        found = known.get(str(path), {})
-        if "mode" in found:
-            return found
-        # Not decoded by this run (a --resume of a run whose journal kept each input's sha256 alone).
-        finish = finish or finisher(paths, source)
-        return finish(
-            {
-                "path": str(path), "sha256": found.get("sha256") or digest(path, key),
-                **describe(path, mode, key), **labels(path, source.label_column),
-            }
-        )  # fmt: skip
-
-    return [record(p) for p in paths]
-
-
-def finisher(paths: list[Path], source: InputSpec) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """What a record the decoding worker made (``images.read``, ``images.labels``) is given before it is
-    kept: --sample's flag, the label of an input in a class folder."""
-    sample = {"sample": True} if source.sample else {}
-    classes = classfolders.labels(paths, source.paths, IMAGE_SUFFIXES)
-
-    def finish(record: dict[str, Any]) -> dict[str, Any]:
-        label = classes.get(record["path"]) if classes else None
-        if label is None and not sample:  # most inputs: the record as the worker made it
-            return record
-        return {**record, **sample, **({} if label is None else {"label": label})}
-
-    return finish
-
-
-def frame_notes(records: list[dict[str, Any]]) -> list[str]:
-    """A note naming the inputs of several frames (an animated GIF, a multi-page TIFF): frame 0 is used."""
-    many = [r for r in records if r.get("frames", 1) > 1]
-    if not many:
-        return []
-    shown = first_few([f"{r['path']} ({r['frames']} frames)" for r in many])
-    return [
-        f"{len(many)} input(s) hold several frames, an animation or pages: {shown}; frame 0 of each was"
-        " used (the manifest's inputs say `frames`, `frame_used`)"
-    ]
 
 
 def option_notes(paths: list[Path], spec: InputSpec) -> list[str]:

@@ -1,5 +1,6 @@
 """Image files to batches, decoded and transformed by the model's own eval transform in worker processes
-(``--workers``) so that the model does not wait for JPEG decoding; rows stay in input order."""
+(``--workers``) so that the model does not wait for JPEG decoding; rows stay in input order. And the seeded
+random batch of ``--random-input``."""
 
 from __future__ import annotations
 
@@ -125,6 +126,12 @@ def batches(
             yield Batch([paths[i] for i in kept], stacked, failed, records)
     finally:
         _stop_workers(iterator)
+
+
+def random_batch(config: dict[str, Any], seed: int) -> torch.Tensor:
+    """One seeded standard-normal input of the model's input size."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn((1, *config["input_size"]), generator=generator)
 
 
 def _in_each_worker(worker_id: int) -> None:
