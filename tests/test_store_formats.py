@@ -18,8 +18,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from hookdump.store.formats.npy import npy_layout
-from hookdump.store.formats.npystream import HEADER_BYTES, NpyStream
+from hookdump.store.formats.npy import HEADER_BYTES, npy_layout
+from hookdump.store.formats.npystream import NpyStream
 from hookdump.store.formats.pt import write_pt
 from hookdump.store.formats.safetensors import write_safetensors
 

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from hookdump.errors import LayerError
 from hookdump.store.folder.records import Captured
 from hookdump.store.folder.writer import Writer
-from hookdump.store.formats.npystream import HEADER_BYTES
+from hookdump.store.formats.npy import HEADER_BYTES
 
 KEY = ("blocks.0", "output", None, 0)
 

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from ...errors import InputError, UsageError
 from ...inputs import forks
 from ...inputs.images import digest as input_digest
-from ..formats.npystream import HEADER_BYTES
+from ..formats.npy import HEADER_BYTES, itemsize
 from .manifest import MANIFEST, inside
 
 SCRATCH = ".hookdump-partial"
@@ -128,7 +127,7 @@ def check_holds(folder: Path, name: str, state: dict[str, Any]) -> tuple[Path, i
     file holds them all: a file cut short (a power cut before its blocks reached the disk) is refused,
     never padded with zeros."""
     path = inside(folder, state["file"], "progress.json")
-    item: int = getattr(torch, state["dtype"]).itemsize
+    item = itemsize(state["dtype"])
     row_bytes = int(np.prod(state["trailing"], dtype=np.int64)) * item
     rows = int(state["rows"])
     size = HEADER_BYTES + rows * row_bytes

@@ -12,7 +12,7 @@ from typing import Any
 
 from ...errors import Interrupted
 from ...failures import DISK_FULL, disk_full
-from ..formats.npystream import HEADER_BYTES
+from ..formats.npy import HEADER_BYTES
 from . import commit, inputrows, inputtable, journal, outdir, profile
 from .journal import CLASSES, INPUTS, PROGRESS, RUN, SCRATCH
 from .lock import OutputLock

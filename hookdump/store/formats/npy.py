@@ -12,6 +12,14 @@ from typing import IO, Any
 import numpy as np
 
 CHUNK_BYTES = 4 << 20  # what one read/write moves
+HEADER_BYTES = (
+    512  # a stream's header: magic, version, length and the padded dict, a multiple of 64 as numpy wants
+)
+
+
+def itemsize(dtype: str) -> int:
+    """The bytes of one element of a dtype as the manifest names it (``bfloat16``, ``float32``)."""
+    return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
 
 
 def npy_header(path: Path) -> tuple[tuple[int, ...], bool, np.dtype[Any], int]:

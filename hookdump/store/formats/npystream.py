@@ -15,8 +15,7 @@ import torch
 
 from ...errors import LayerError
 from .appendfile import AppendFile
-
-HEADER_BYTES = 512  # magic, version, length and the padded header dict: a multiple of 64, as numpy wants
+from .npy import HEADER_BYTES
 
 
 class NpyStream:
