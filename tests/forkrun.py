@@ -43,6 +43,7 @@ requests, replies = os.fdopen(int(sys.argv[1]), "rb", buffering=0), int(sys.argv
 from hookdump.cli import process
 process.short_spin()  # before torch, as the console script's main does
 import hookdump.api, hookdump.cli.app, hookdump.cli.render, timm, torchvision  # noqa: F401
+import hookdump.cli.summaries, hookdump.cli.tree_view  # noqa: F401
 spin = os.environ.get("GOMP_SPINCOUNT")
 os.write(replies, b"ready\n")
 for line in requests:

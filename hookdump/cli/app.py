@@ -76,7 +76,7 @@ def list_modules(
     """Every module as a tree: the path --layer takes, class, params, shapes, calls; never-firing marked."""
     # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
     from .. import api
-    from . import render
+    from . import render, tree_view
 
     if model_name and model and model_name != model:
         raise UsageError(
@@ -91,9 +91,9 @@ def list_modules(
         )  # fmt: skip
     render.notes(tree.notes)
     if json_out:
-        typer.echo(render.as_json(render.modules_json(tree)))
+        typer.echo(render.as_json(tree_view.modules_json(tree)))
     else:
-        render.print_tree(tree)
+        tree_view.print_tree(tree)
 
 
 capture.register(app)  # capture: listed after list-modules
@@ -113,13 +113,13 @@ def merge(
     """Join the folders of capture --shard I/N into the capture one process would have written."""
     # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
     from ..capture.merge import merge as merge_shards
-    from . import render
+    from . import summaries
 
     merged = merge_shards(list(shards), out, overwrite=overwrite)
     if json_out:
         typer.echo(merged.manifest.read_text().rstrip())
     else:
-        typer.echo(render.merge_summary(merged))
+        typer.echo(summaries.merge_summary(merged))
 
 
 @app.command("stats")
@@ -195,7 +195,7 @@ def show(
     """Captured tensors as PNGs: labelled channel grids, heat maps or Grad-CAM over the photo (--overlay)."""
     # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
     from ..pictures import draw
-    from . import render
+    from . import render, summaries
 
     shown = draw.show_many(
         files, key=key, output=output, index=draw.parse_index(index), max_channels=max_channels,
@@ -204,7 +204,9 @@ def show(
     )  # fmt: skip
     render.notes(shown.notes + [n for r in shown.rendered for n in r.notes])
     dicts = [r.as_dict() for r in shown.rendered]
-    typer.echo(render.as_json(dicts if shown.many else dicts[0]) if json_out else render.show_summary(shown))
+    typer.echo(
+        render.as_json(dicts if shown.many else dicts[0]) if json_out else summaries.show_summary(shown)
+    )
 
 
 def _terminated(signum: int, frame: object) -> None:

@@ -138,7 +138,7 @@ def capture_command(
     # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
     from .. import api
     from ..inputs.spec import InputSpec
-    from . import progress, render
+    from . import progress, render, summaries
 
     if print_config:
         return shell.print_config(ctx)
@@ -163,9 +163,9 @@ def capture_command(
                 )
     if dry_run:
         render.notes(found.tree.notes + found.notes)
-        typer.echo(render.as_json(render.plan_dict(found)) if json_out else render.plan(found))
+        typer.echo(render.as_json(summaries.plan_dict(found)) if json_out else summaries.plan(found))
     elif json_out:
         typer.echo(result.manifest.read_text().rstrip())
     elif not quiet:
         render.notes(result.notes)
-        typer.echo(render.capture_summary(result))
+        typer.echo(summaries.capture_summary(result))
