@@ -13,7 +13,7 @@ import typer.main
 from typer._click import Command
 
 from hookdump.cli import app as cli
-from hookdump.cli import config
+from hookdump.cli import config, config_print
 from hookdump.errors import EXIT_INPUT, InputError
 
 GROUP = typer.main.get_command(cli.app)
@@ -233,7 +233,7 @@ def test_to_toml_round_trip(tmp_path: Path) -> None:
         "--batch-size", "3", "--format", "npy,pt", "--json", "--input-size", "3,32,32",
     ]  # fmt: skip
     given = CAPTURE.make_context("capture", args).params
-    text = config.to_toml(given, CAPTURE, "capture")
+    text = config_print.to_toml(given, CAPTURE, "capture")
     assert text.splitlines()[:4] == [
         "[capture]",
         f'images = ["{tmp_path}/photos", "@{tmp_path}/list.txt"]',
@@ -245,7 +245,7 @@ def test_to_toml_round_trip(tmp_path: Path) -> None:
     again = CAPTURE.make_context("capture", [], default_map=config.load(cfg, CAPTURE, "capture")).params
     assert again == given
     listed = LIST.make_context("list-modules", ["--depth", "2", "--leaves", "--filter", "blocks.*"]).params
-    text = config.to_toml(listed, LIST, "list-modules")
+    text = config_print.to_toml(listed, LIST, "list-modules")
     assert text == (
         '[list-modules]\ndepth = 2\nfilter = "blocks.*"\nleaves = true\nno_shapes = false\nops = false\n'
         "json = false\n"
@@ -260,7 +260,7 @@ def test_to_toml_round_trip(tmp_path: Path) -> None:
 def test_to_toml_writes_command_line_paths_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     given = CAPTURE.make_context("capture", ["cat.png", "-o", "out", "--import", "p.py"]).params
-    text = config.to_toml(given, CAPTURE, "capture")
+    text = config_print.to_toml(given, CAPTURE, "capture")
     assert f'images = ["{tmp_path}/cat.png"]' in text
     assert f'import = ["{tmp_path}/p.py"]' in text and f'out = "{tmp_path}/out"' in text
     cfg = write(tmp_path / "sub" / "printed.toml", text)

@@ -1,4 +1,5 @@
-"""``--config FILE.toml`` (or a capture's ``manifest.json``) to a click ``default_map``, and back to TOML.
+"""``--config FILE.toml`` (or a capture's ``manifest.json``, read by :mod:`.config_manifest`) to a click
+``default_map``, each value checked against its option (back to TOML: :mod:`.config_print`).
 
 Config keys are the long option names without dashes (``--batch-size`` -> ``batch_size``), positional
 arguments by parameter name. Keys sit at the top level or under ``[capture]`` / ``[list-modules]``; the
@@ -8,7 +9,6 @@ command's table wins. Relative paths are relative to the file's folder (a manife
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import sys
@@ -21,8 +21,7 @@ from typer._coercion import TypeDescriptor
 from typer.core import TyperArgument, TyperOption
 
 from ..errors import InputError, did_you_mean
-from ..store.folder.manifest import SCHEMA_VERSION
-from ..version import __version__
+from .config_manifest import manifest_entries, schema_notes
 
 _SKIP_KEYS = {"config", "print_config", "help"}  # options about the config itself, never config keys
 _SKIP_NAMES = {"model_name"}  # list-modules' positional MODEL: the config says `model`
@@ -61,9 +60,9 @@ def load(
     text = _read(path)
     keys, table_names = config_keys(command), _TABLES.get(command_name.replace("_", "-"), ())
     if path.suffix.lower() == ".json":
-        entries, base = _manifest_entries(path, text)
+        entries, base = manifest_entries(path, text)
         if notes is not None:
-            notes += _schema_notes(path, json.loads(text))
+            notes += schema_notes(path, json.loads(text))
     else:
         entries, base = _toml_entries(path, text, table_names), Path(os.path.abspath(path.parent))
     defaults: dict[str, Any] = {}
@@ -76,42 +75,10 @@ def load(
             name = f"`{key}` in [{table}]" if table not in (None, "options") else f"`{key}`"
             hint = did_you_mean(key, list(keys)) or f"Valid keys: {', '.join(keys)}."
             raise InputError(f"{where}: unknown key {name} for hookdump {command_name}.", hint)
-        defaults[param.name] = _resolve(key, param, _check(where, key, param, value), base)
+        defaults[param.name] = resolve(key, param, _check(where, key, param, value), base)
         if origins is not None and param.name is not None:
             origins[param.name] = (where, key)
     return defaults
-
-
-def effective(values: dict[str, Any], command: Command) -> dict[str, Any]:
-    """The effective options (param.name -> value) as config keys -> values.
-
-    Relative paths from the command line are relative to the working folder; they are written absolute so
-    the file means the same wherever it is saved. None and empty lists are left out (not set).
-    """
-    out: dict[str, Any] = {}
-    for key, param in config_keys(command).items():
-        value = values.get(param.name)
-        if value is None or (isinstance(value, list | tuple) and not value):
-            continue
-        if isinstance(value, list | tuple):
-            value = [str(v) for v in value]
-        elif isinstance(value, Path):
-            value = str(value)
-        out[key] = _resolve(key, param, value, Path.cwd())
-    return out
-
-
-def to_toml(values: dict[str, Any], command: Command, command_name: str) -> str:
-    """The effective options (param.name -> value) as a TOML config file for ``command_name``."""
-    lines = [f"[{command_name.replace('_', '-')}]"]
-    lines += [f"{key} = {_toml_value(value)}" for key, value in effective(values, command).items()]
-    return "\n".join(lines) + "\n"
-
-
-def to_json(values: dict[str, Any], command: Command, command_name: str) -> str:
-    """The effective options as JSON that ``--config FILE.json`` reads back (a manifest's ``options``)."""
-    options = effective(values, command)
-    return json.dumps({"command": command_name, "cwd": os.getcwd(), "options": options}, indent=2)
 
 
 def _read(path: Path) -> str:
@@ -168,36 +135,6 @@ def _toml_entries(path: Path, text: str, table_names: tuple[str, ...]) -> list[E
             raise InputError(f"{path}: `{name}` must be a table ([{name}]), not {_describe(data[name])}.")
         entries += [(name, k, v) for k, v in data[name].items()]
     return entries
-
-
-def _manifest_entries(path: Path, text: str) -> tuple[list[Entry], Path]:
-    """A manifest's recorded options (nulls dropped) and the folder its relative paths are relative to."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}, line {exc.lineno}: invalid JSON: {exc.msg}.") from None
-    if not isinstance(data, dict) or not isinstance(data.get("options"), dict):
-        raise InputError(
-            f'{path} is not a hookdump manifest: it has no "options" object.',
-            "Give --config a .toml file, or the manifest.json that `hookdump capture` wrote.",
-        )
-    if not isinstance(data.get("cwd"), str):
-        raise InputError(f'{path}: the manifest has no "cwd" (the folder the capture ran in).')
-    base = Path(os.path.abspath(path.parent / os.path.expanduser(data["cwd"])))
-    return [("options", k, v) for k, v in data["options"].items() if v is not None], base
-
-
-def _schema_notes(path: Path, data: dict[str, Any]) -> list[str]:
-    """A note when a manifest was written by a hookdump of another manifest schema: its options are read
-    by the names they have today, which may not mean what they meant then."""
-    version = data.get("schema_version", "command" in data and SCHEMA_VERSION)  # --print-config --json
-    if version == SCHEMA_VERSION:
-        return []
-    return [
-        f"{path} is a manifest of schema_version {json.dumps(version)}; hookdump {__version__}"
-        f" writes {SCHEMA_VERSION}: its options are read by what their names mean today (check them with"
-        " --print-config)"
-    ]
 
 
 def _where(path: Path, text: str, table: str | None, key: str) -> str:
@@ -263,7 +200,7 @@ def _describe(value: Any) -> str:
     return f"{kind} ({json.dumps(value)})" if isinstance(value, int | float | str) else kind
 
 
-def _resolve(key: str, param: Parameter, value: Any, base: Path) -> Any:
+def resolve(key: str, param: Parameter, value: Any, base: Path) -> Any:
     """Relative paths in the value made absolute against ``base``; module names and the rest unchanged."""
     if key == "images":
         return [_path(v, base) for v in value]
@@ -284,19 +221,3 @@ def _path(text: str, base: Path) -> str:
         return "@" + _path(text[1:], base)
     text = os.path.expanduser(text)
     return text if os.path.isabs(text) else os.path.normpath(os.path.join(base, text))
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else "nan" if math.isnan(value) else f"{value:+}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(str(v)) for v in value) + "]"
-    escapes = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
-    out = "".join(
-        escapes.get(c, f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7F else c) for c in str(value)
-    )
-    return f'"{out}"'

@@ -26,7 +26,7 @@ from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from ..errors import EXIT_FAILURE, HookdumpError, InputError, Interrupted, LayerError, UsageError
 from ..failures import from_environment
-from . import config
+from . import config, config_print
 
 #: The error object's keys and their version (docs/scripts-and-ci.md: "JSON").
 ERROR_SCHEMA_VERSION = 1
@@ -238,7 +238,7 @@ def apply_config(ctx: typer.Context, value: Path | None) -> Path | None:
 def print_config(ctx: typer.Context, **overrides: Any) -> None:
     """``--print-config``: the effective options as a TOML config for this command (JSON with --json)."""
     values = {**ctx.params, **overrides}
-    write = config.to_json if _JsonMode.on else config.to_toml
+    write = config_print.to_json if _JsonMode.on else config_print.to_toml
     typer.echo(write(values, ctx.command, ctx.info_name or "").rstrip())
 
 
