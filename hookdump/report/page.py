@@ -1,25 +1,24 @@
 """The HTML of ``hookdump report``: one static page, every text escaped, inline CSS, no script, no font or
-file from the network; links relative to the capture folder. Never prints."""
+file from the network; links relative to the capture folder. Never prints. The page's frame, contents,
+provenance and inputs are here; each tensor's section is :mod:`.tensors_page`'s, those of what ``compare``
+and ``top`` left :mod:`.analyses_page`'s."""
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from ..store.folder import inputtable
 from ..store.folder.manifest import MANIFEST
-from ..store.formats import nonfinite
-from ..store.formats.stats import FINITE_ONLY, number, percent
 from ..version import __version__
 from .analyses_page import analyses_toc, compare_section, top_section
-from .markup import anchor
 from .markup import e as _e
 from .markup import href as _href
+from .tensors_page import tensor_section, tensors_toc
 
 if TYPE_CHECKING:
-    from .records import InputRow, Report, Section
+    from .records import InputRow, Report
 
 CSS = """
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1d2330;
@@ -71,7 +70,7 @@ def html(report: Report, manifest: dict[str, Any], when: str, manifest_sha256: s
         _inputs(report.inputs, len(inputs)),
         *(compare_section(c) for c in report.compares),
         *(top_section(t) for t in report.tops),
-        *(_section(s, first, len(inputs)) for s in report.sections),
+        *(tensor_section(s, first, len(inputs)) for s in report.sections),
         f"<footer>Written by hookdump {_e(__version__)} (<code>hookdump report</code>) from manifest.json"
         f" (sha256 <code>{_e(manifest_sha256)}</code>).</footer>",
     ]
@@ -84,10 +83,6 @@ def html(report: Report, manifest: dict[str, Any], when: str, manifest_sha256: s
         + "\n".join(p for p in body if p)
         + "\n</main></body></html>\n"
     )
-
-
-def _anchor(section: Section) -> str:
-    return anchor("t-", section.name)
 
 
 def _value(value: Any) -> str:
@@ -123,26 +118,9 @@ def _weights(model: dict[str, Any]) -> str:
     return f"random weights (seed {model.get('seed')})"
 
 
-def _kind(section: Section) -> str:
-    index = "" if section.index is None else f" {section.index}"
-    call = f" call {section.call}" if section.call else ""
-    return f'<span class="kind k-{_e(section.kind)}">{_e(section.kind + index + call)}</span>'
-
-
-def _bad(section: Section) -> bool:
-    return bool(section.stats.get("nan") or section.stats.get("inf"))
-
-
 def _toc(report: Report) -> str:
-    items = []
-    for s in report.sections:
-        flag = ' <span class="kind flag">NaN/Inf</span>' if _bad(s) else ""
-        shape = _e(tuple(s.shape))
-        items.append(
-            f'<li><a href="#{_anchor(s)}">{_e(s.name)}</a> {_kind(s)} <code>{shape}</code>{flag}</li>'
-        )
     head = '<a href="#provenance">Provenance</a> · <a href="#inputs">Inputs</a>' + analyses_toc(report)
-    return f'<nav id="contents"><h2>Contents</h2>{head}<ol>{"".join(items)}</ol></nav>'
+    return f'<nav id="contents"><h2>Contents</h2>{head}<ol>{tensors_toc(report.sections)}</ol></nav>'
 
 
 _SHOWN = {
@@ -223,50 +201,4 @@ def _inputs(rows: list[InputRow], total: int) -> str:
     head = "<tr><th>#</th><th>image</th><th>path</th><th>size</th><th>sha256</th></tr>"
     return (
         f'<section id="inputs"><h2>Inputs ({total})</h2><table>{head}{"".join(lines)}</table>{more}</section>'
-    )
-
-
-def _stats(section: Section) -> str:
-    s = section.stats
-    cells = [(k, number(s.get(k), 4), s.get(k), False) for k in ("min", "max", "mean", "std")]
-    cells.append(("zeros", percent(s.get("zeros") or 0.0, 1), s.get("zeros"), False))
-    cells += [(k, f"{s.get(k) or 0:,}", s.get(k), bool(s.get(k))) for k in ("nan", "inf")]
-    head = "".join(f"<th>{'NaN' if k == 'nan' else 'Inf' if k == 'inf' else k}</th>" for k, *_ in cells)
-    row = "".join(
-        f'<td data-stat="{k}" data-value="{_e(json.dumps(v))}"{" class=bad" if bad else ""}>{_e(text)}</td>'
-        for k, text, v, bad in cells
-    )
-    return f'<table class="stats"><tr>{head}</tr><tr>{row}</tr></table>'
-
-
-def _section(s: Section, first: str, images: int) -> str:
-    files = ", ".join(f'<a href="{_href(f)}">{_e(f)}</a>' for f in s.files)
-    flag = ' <span class="kind flag">NaN/Inf</span>' if _bad(s) else ""
-    meta = (
-        f'<p class="meta">layer <code>{_e(s.layer)}</code> · shape <code>{_e(tuple(s.shape))}</code>'
-        f" {_e(s.dtype)} · {files}</p>"
-    )
-    if s.picture:
-        shown = f"image 0 ({_e(first)}) of {images}" if images > 1 else f"image 0 ({_e(first)})"
-        picture = (
-            f'<figure><img src="{_href(s.picture)}" width="{s.width}" height="{s.height}"'
-            f' alt="channels of {_e(s.name)}"><figcaption>{shown}, as'
-            f" <code>hookdump show OUT --key {_e(s.name)}</code> draws it</figcaption></figure>"
-        )
-    else:
-        picture = f'<p class="none">No picture: {_e(s.no_picture)}</p>'
-    cls = "tensor bad-values" if _bad(s) else "tensor"
-    return (
-        f'<section class="{cls}" id="{_anchor(s)}"><h2>{_e(s.name)} {_kind(s)}{flag}</h2>{meta}'
-        f"{_stats(s)}{_nonfinite(s)}{picture}</section>"
-    )
-
-
-def _nonfinite(s: Section) -> str:
-    """The NaN and Inf the tensor holds, in words (the one phrasing of ``store.nonfinite``), and how the
-    numbers and the picture treat them; nothing when it holds none."""
-    found = nonfinite.Count(int(s.stats.get("nan") or 0), int(s.stats.get("inf") or 0), math.prod(s.shape))
-    drawn = "; the picture draws them in magenta" if s.picture else ""
-    return "".join(
-        f'<p class="bad-note">{_e(line)}.</p>' for line in nonfinite.note(s.name, found, FINITE_ONLY + drawn)
     )
