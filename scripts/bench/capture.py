@@ -9,47 +9,39 @@ interleaved round by round (medians, this machine is shared and noisy):
 * ``hookdump early stop``: hookdump's recorder as ``capture`` runs it (stops after the wanted layer);
 * ``hookdump full``: the same with ``--no-early-stop``.
 
-Then the whole command, end to end, with and without ``--no-early-stop`` (median of a few runs).
+Then the whole command, end to end, with and without ``--no-early-stop`` (fresh processes, ``--cli-runs``
+rounds). ``--quick``: twins_svt_small, batch 1, one run of the command.
 
-    .venv/bin/python scripts/bench_capture.py [--rounds 7] [--batch 8]
+    .venv/bin/python scripts/bench/capture.py [--rounds 7] [--batch 8] [--cli-runs 3] [--model M]
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import subprocess
-import sys
-import time
-from collections.abc import Callable
-from pathlib import Path
+import harness
 
-import timm
-import torch
-
-from hookdump.capture.recorder import Recorder
-from hookdump.model import inventory, layers
-from hookdump.model.sources.timm import create as models
-
-MODEL, LAYER = "twins_svt_large", "pos_block.0.proj.0"
+LAYER = "pos_block.0.proj.0"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--cli-runs", type=int, default=3)
-    args = parser.parse_args()
+    options = harness.parser(__doc__, rounds=7)
+    options.add_argument("--batch", type=int, default=8)
+    options.add_argument("--cli-runs", type=int, default=3)
+    options.add_argument("--model", default="twins_svt_large")
+    args = harness.parse(options, quick={"batch": 1, "cli_runs": 1, "model": "twins_svt_small"})
+    import timm
+    import torch
+
+    from hookdump.capture.recorder import Recorder
+    from hookdump.model import inventory, layers
+    from hookdump.model.sources.timm import create as models
+
     torch.manual_seed(0)
-    model = timm.create_model(MODEL).eval()
+    model = timm.create_model(args.model).eval()
     x = torch.randn(args.batch, 3, 224, 224)
-    found = inventory.take(lambda: models.build(MODEL, meta=True), lambda: model, (3, 224, 224))
-    targets = layers.resolve([LAYER], found, MODEL)
+    found = inventory.take(lambda: models.build(args.model, meta=True), lambda: model, (3, 224, 224))
+    targets = layers.resolve([LAYER], found, args.model)
     calls = {m.name: m.calls or 1 for m in found.modules}
     module = dict(model.named_modules())[LAYER]
-
-    def full() -> None:
-        model(x)
 
     def hand() -> None:
         kept = []
@@ -59,56 +51,39 @@ def main() -> None:
         finally:
             handle.remove()
 
-    def timm_stop() -> None:
-        model.forward_intermediates(x, indices=[0], intermediates_only=True, stop_early=True)
-
-    def recorder(early: bool) -> Callable[[], None]:
-        def run() -> None:
-            with Recorder(model, targets, expected_calls=calls if early else None) as rec:
-                rec.run(x, MODEL)
-
-        return run
+    def recorder(early: bool) -> None:
+        with Recorder(model, targets, expected_calls=calls if early else None) as rec:
+            rec.run(x, args.model)
 
     cases = {
-        "full forward": full,
+        "full forward": lambda: model(x),
         "hand hook": hand,
-        "timm stop_early": timm_stop,
-        "hookdump early stop": recorder(True),
-        "hookdump full": recorder(False),
+        "timm stop_early": lambda: model.forward_intermediates(
+            x, indices=[0], intermediates_only=True, stop_early=True
+        ),
+        "hookdump early stop": lambda: recorder(True),
+        "hookdump full": lambda: recorder(False),
     }
-    times: dict[str, list[float]] = {name: [] for name in cases}
     with torch.no_grad():
-        for fn in cases.values():
-            fn()  # warm up
-        for _ in range(args.rounds):
-            for name, fn in cases.items():
-                start = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - start)
-    base = statistics.median(times["full forward"])
-    print(f"{MODEL}, capture {LAYER}, batch {args.batch}x3x224x224, {args.rounds} rounds, torch threads "
-          f"{torch.get_num_threads()}")  # fmt: skip
-    print(f"{'case':<22}{'median s':>10}{'x full forward':>16}")
-    for name, values in times.items():
-        median = statistics.median(values)
-        print(f"{name:<22}{median:>10.3f}{median / base:>16.2f}")
-    end_to_end(args.cli_runs)
+        results = harness.timings(cases, args.rounds)
+    threads = torch.get_num_threads()
+    title = f"{args.model}, capture {LAYER}, batch {args.batch}x3x224x224, torch threads {threads}"
+    harness.table(title, results, "full forward", digits=3)
+    end_to_end(args.model, args.cli_runs)
 
 
-def end_to_end(runs: int) -> None:
-    exe = str(Path(sys.executable).with_name("hookdump"))
-    sample_dir = Path(__file__).resolve().parent.parent / "hookdump" / "data"
-    result: dict[str, list[float]] = {"early stop": [], "--no-early-stop": []}
-    for _ in range(runs):
-        for name, extra in (("early stop", []), ("--no-early-stop", ["--no-early-stop"])):
-            cmd = [exe, "capture", "-m", MODEL, "-l", LAYER, str(sample_dir), "-o", "/tmp/hookdump-bench",
-                   "--overwrite", "-q", *extra]  # fmt: skip
-            start = time.perf_counter()
-            subprocess.run(cmd, check=True)
-            result[name].append(time.perf_counter() - start)
-    early, full = (statistics.median(v) for v in result.values())
-    print(f"end to end (hookdump capture, one photo, median of {runs}): early stop {early:.2f}s, "
-          f"--no-early-stop {full:.2f}s, ratio {early / full:.2f}")  # fmt: skip
+def end_to_end(model: str, runs: int) -> None:
+    """``hookdump capture`` of the bundled photo, with and without ``--no-early-stop``, fresh processes."""
+    sample = harness.ROOT / "hookdump" / "data"
+    with harness.workdir("hookdump-bench-capture-") as work:
+        out = work / "out"
+        cmd = [harness.HOOKDUMP, "capture", "-m", model, "-l", LAYER, sample, "-o", out, "--overwrite", "-q"]
+        cases = {
+            "early stop": lambda: harness.process(cmd),
+            "--no-early-stop": lambda: harness.process([*cmd, "--no-early-stop"]),
+        }
+        results = harness.rounds(cases, runs)
+    harness.table("end to end (hookdump capture, one photo)", results, "--no-early-stop")
 
 
 if __name__ == "__main__":
