@@ -61,10 +61,13 @@ Results = dict[str, list[Run]]
 
 
 def process(argv: Sequence[object], env: Mapping[str, str | None] | None = None, *, ok: Sequence[int] = (0,),
-            check: bool = False, profile: bool = False) -> Run:  # fmt: skip
+            check: bool = False, profile: bool = False, out: Path | None = None) -> Run:  # fmt: skip
     """``argv`` as a fresh process, its stdout kept; ``env``: variables set over this process's own (None:
     unset). A failure (an exit status not in ``ok``) is a nan run and a FAILED line, or with ``check`` the
-    end of the benchmark. ``profile``: hookdump's breakdown (``HOOKDUMP_PROFILE``) becomes its figures."""
+    end of the benchmark. ``profile``: hookdump's breakdown (``HOOKDUMP_PROFILE``) becomes its figures.
+    ``out``: a folder the command writes, removed before the run and after it."""
+    if out is not None:
+        shutil.rmtree(out, ignore_errors=True)
     cmd = [str(a) for a in argv]
     environ = {k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None}
     folder = Path(tempfile.mkdtemp(prefix="hookdump-bench-"))
@@ -95,6 +98,8 @@ def process(argv: Sequence[object], env: Mapping[str, str | None] | None = None,
         return Run(wall, usage.ru_utime, usage.ru_stime, rss, usage.ru_minflt, figures, out.decode())
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+        if out is not None:
+            shutil.rmtree(out, ignore_errors=True)
 
 
 def chain(runs: Sequence[Run]) -> Run:
