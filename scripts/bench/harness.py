@@ -168,7 +168,7 @@ def goal(results: Results, a: str, b: str, op: str, limit: float) -> str:
 @dataclass(frozen=True)
 class Column:
     """A column: ``how`` (median, min, max) over the rounds of ``key`` (a ``Run`` field, ``cpu`` or a figure),
-    divided by ``per``; ``ratio``: over the baseline's; ``digits``: None, the table's for seconds."""
+    divided by ``per``; ``ratio``: over the baseline's; ``digits``: None, 2 for a ratio, else the table's."""
 
     title: str
     key: str
@@ -177,6 +177,10 @@ class Column:
     digits: int | None = None
     per: float = 1.0
 
+    def places(self, digits: int) -> int:
+        """Its decimal places in a table of ``digits`` for seconds."""
+        return self.digits if self.digits is not None else 2 if self.ratio else digits
+
     def value(self, runs: Sequence[Run], base: Sequence[Run]) -> float:
         found = stat(runs, self.key, self.how) / self.per
         return found / (stat(base, self.key, self.how) / self.per) if self.ratio else found
@@ -184,7 +188,7 @@ class Column:
 
 CORE = (
     Column("median s", "wall"),
-    Column("x", "wall", ratio=True, digits=2),
+    Column("x", "wall", ratio=True),
     Column("min s", "wall", min),
     Column("max s", "wall", max),
     Column("cpu s", "cpu"),
@@ -210,7 +214,7 @@ def table(title: str, results: Results, baseline: str, columns: Sequence[Column]
     print(f"{title}; x: against {baseline}, rounds {max(len(r) for r in results.values())}")
     print(f"{'case':<{width}}" + "".join(f"{c.title:>{w}}" for c, w in zip(shown, widths, strict=True)))
     for name, values in rows.items():
-        cells = (f"{'-' if math.isnan(v) else f'{v:.{digits if c.digits is None else c.digits}f}':>{w}}"
+        cells = (f"{'-' if math.isnan(v) else f'{v:.{c.places(digits)}f}':>{w}}"
                  for c, v, w in zip(shown, values, widths, strict=True))  # fmt: skip
         print(f"{name:<{width}}" + "".join(cells))
     for note in notes:
