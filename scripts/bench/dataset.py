@@ -23,8 +23,8 @@ the end. What people write is in ``loops.py``.
   block, full tokens), ``twins-many`` (twins_svt_large ``pos_block.*.proj.0`` + ``blocks.*.*``,
   ``--images-twins`` photos), ``tv`` (torchvision's resnet50, ``tv:resnet50``, the four stages).
   ``--no-peers`` drops resnet's hand-written and torchlens rows. Under every table the script prints each
-  row's breakdown (``HOOKDUMP_PROFILE``, ``hookdump/store/profile.py``; the script's own cases write the
-  same spans: setup, decode, forward): medians of the seconds in each span of the run, main thread and
+  row's breakdown (``HOOKDUMP_PROFILE``, ``hookdump/store/folder/profile.py``; the script's own cases write
+  the same spans: setup, decode, forward): medians of the seconds in each span of the run, main thread and
   writer thread, and what the process spent outside the run (its start and imports, its exit).
 * ``--memory``: hookdump's peak RSS on resnet50 at ``--images-large`` photos against ``--images`` (slow).
 * "hookdump's settings": the bare forward (and the seed's script) run with what ``hookdump`` does to its
@@ -96,7 +96,7 @@ def bench(title: str, cases: Cases, base: str, goals: list[Goal], rounds: int) -
 
 
 def breakdown(name: str, runs: list[harness.Run]) -> list[str]:
-    """Medians over the rounds of where ``name``'s time went (``hookdump.store.profile``): the main
+    """Medians over the rounds of where ``name``'s time went (``hookdump.store.folder.profile``): the main
     thread's spans (copy and reduce are part of hooks), the writer thread's (they overlap the forward), and
     what the process spent outside ``capture.run`` (imports, argument parsing, exit)."""
     profiles = [{**r.figures, "wall": r.wall} for r in runs if "run" in r.figures]
