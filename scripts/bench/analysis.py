@@ -1,22 +1,26 @@
 """``hookdump compare`` and ``hookdump diff`` against what people write, whole command against whole command.
 
-Every case is a fresh process timed end to end under ``/usr/bin/time -v`` (wall time, user + sys cpu, peak
-RSS); the cases take turns round by round (this machine is shared and noisy: read the ratios), and the
-script prints the median of each. The captures are made first by ``hookdump capture`` itself, from copies of
-scikit-image's RGB and grayscale sample photos cycled to ``--images`` (as ``bench_dataset.py`` cycles them),
-in a temporary folder removed at the end.
+Every case is a fresh process timed end to end (wall time, user + sys cpu, peak RSS); the cases take turns
+round by round (this machine is shared and noisy: read the ratios), and the script prints the median of
+each. The captures are made first by ``hookdump capture`` itself, from copies of scikit-image's RGB and
+grayscale sample photos cycled to ``--images`` (as the dataset benchmark cycles them), in a temporary
+folder removed at the end.
 
 * compare: the 12 blocks of ``vit_small_patch16_224`` (seeded random weights, ``--input-size``, default
   3x64x64: 17 tokens x 384 per block and input) over ``--images`` inputs. Linear CKA (unbiased) of every
-  block with every block: ``hookdump compare`` against a hand-written numpy loop (each block loaded whole as
-  float64, its Gram ``X X^T``, Song et al.'s unbiased HSIC term by term); RSA (correlation RDMs, Spearman):
-  ``hookdump compare --metric rsa`` against rsatoolbox (``calc_rdm`` per block, ``compare`` of every pair).
-  The matrices are checked to agree (1e-6) before anything is timed.
+  block with every block: ``hookdump compare`` against a hand-written numpy loop (the baseline: each block
+  loaded whole as float64, its Gram ``X X^T``, Song et al.'s unbiased HSIC term by term); RSA (correlation
+  RDMs, Spearman): ``hookdump compare --metric rsa`` against rsatoolbox (the baseline: ``calc_rdm`` per
+  block, ``compare`` of every pair; left out, with a line, when rsatoolbox is not installed). The matrices
+  are checked to agree (1e-6) before anything is timed.
 * diff: two captures of ``--diff-mb`` MB (resnet18's ``layer1`` at 224x224, 0.8 MB an input, as many inputs
   as that takes; the second capture the same command again, so every element is compared): ``hookdump
-  diff`` against ``numpy.allclose`` on the two ``np.load(mmap_mode="r")`` arrays of each tensor.
+  diff`` against ``numpy.allclose`` (the baseline) on the two ``np.load(mmap_mode="r")`` arrays of each
+  tensor.
 
-    python scripts/bench_analysis.py [--images 512] [--diff-mb 200] [--rounds 3] [--input-size 3,64,64]
+``--quick``: 16 inputs at 3x32x32, 2 x 3 MB, one round.
+
+    python scripts/bench/analysis.py [--images 512] [--diff-mb 200] [--rounds 3] [--input-size 3,64,64]
 
 The issue's full sizes are ``--images 2048 --diff-mb 2048``.
 """
@@ -26,18 +30,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
-import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-from bench_dataset import photos  # the same cycled photos as the dataset benchmark (scripts/ is on sys.path)
-
-HOOKDUMP = str(Path(sys.executable).with_name("hookdump"))
-Result = tuple[float, float, float]  # wall s, cpu s, peak RSS MB
+import harness
+from photos import photos
 
 
 def worker(kind: str, args: list[str]) -> None:
@@ -90,55 +87,24 @@ def worker(kind: str, args: list[str]) -> None:
     print(json.dumps({"matrix": matrix}))
 
 
-def run(cmd: list[str]) -> tuple[Result, str]:
-    """Wall seconds, cpu seconds and peak RSS (MB) of one command, and its stdout (nan: it failed)."""
-    start = time.perf_counter()
-    done = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if done.returncode not in (0, 1):  # diff's 1 is an answer
-        print(f"FAILED ({done.returncode}): {' '.join(cmd)}\n{done.stderr[-3000:]}", file=sys.stderr)
-        return (math.nan, math.nan, math.nan), ""
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)[1]) / 1024  # type: ignore[index]
-    cpu = sum(float(x) for x in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", done.stderr))
-    return (wall, cpu, rss), done.stdout
-
-
-def me(kind: str, *args: object) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve()), "--worker", kind, *map(str, args)]
+def run(cmd: list[str]) -> harness.Run:
+    return harness.process(cmd, ok=(0, 1))  # diff's 1 is an answer
 
 
 def hd(*args: object) -> list[str]:
-    return [HOOKDUMP, *map(str, args)]
+    return [harness.HOOKDUMP, *map(str, args)]
+
+
+def me(kind: str, *args: object) -> list[str]:
+    return harness.me(__file__, kind, *args)
 
 
 def capture(*args: object) -> None:
     started = time.perf_counter()
-    (_, cpu, _), _ = run(hd("capture", *args, "-q"))
-    if math.isnan(cpu):
-        raise SystemExit("the capture failed")
-    print(f"  captured in {time.perf_counter() - started:.1f} s: hookdump capture {' '.join(map(str, args))}")
-
-
-def bench(cases: dict[str, list[str]], rounds: int) -> tuple[dict[str, list[Result]], dict[str, str]]:
-    """Every case once a round, in turn."""
-    results: dict[str, list[Result]] = {name: [] for name in cases}
-    outputs: dict[str, str] = {}
-    for _ in range(rounds):
-        for name, cmd in cases.items():
-            result, outputs[name] = run(cmd)
-            results[name].append(result)
-    return results, outputs
-
-
-def table(title: str, results: dict[str, list[Result]], base: str) -> None:
-    print(f"\n{title}")
-    head = f"  {'case':34} {'wall s':>8} {'cpu s':>8} {'peak MB':>8}"
-    print(f"{head}   (medians of {len(results[base])}) vs {base}")
-    ref = [statistics.median(r[i] for r in results[base]) for i in range(3)]
-    for name, runs in results.items():
-        med = [statistics.median(r[i] for r in runs) for i in range(3)]
-        ratio = "" if name == base else f"   wall x{med[0] / ref[0]:.2f}, peak x{med[2] / ref[2]:.2f}"
-        print(f"  {name:34} {med[0]:8.2f} {med[1]:8.2f} {med[2]:8.0f}{ratio}")
+    harness.process(hd("capture", *args, "-q"), check=True)
+    harness.say(
+        f"  captured in {time.perf_counter() - started:.1f} s: hookdump capture {' '.join(map(str, args))}"
+    )
 
 
 def agree(mine: str, theirs: str, what: str, within: float) -> None:
@@ -146,68 +112,75 @@ def agree(mine: str, theirs: str, what: str, within: float) -> None:
 
     a, b = np.array(json.loads(mine)["matrix"], float), np.array(json.loads(theirs)["matrix"], float)
     gap = float(np.abs(a - b).max())
-    print(f"  {what}: largest difference between the two matrices {gap:.1e}")
+    harness.say(f"  {what}: largest difference between the two matrices {gap:.1e}")
     if gap > within:
         raise SystemExit(f"{what}: the matrices differ by {gap}")
 
 
-def main() -> None:
-    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        worker(sys.argv[2], sys.argv[3:])
-        return
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=512, help="inputs of the ViT capture (compare)")
-    parser.add_argument("--diff-mb", type=float, default=200, help="MB of each capture (diff)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--input-size", default="3,64,64", help="the ViT's input size")
-    args = parser.parse_args()
+def prepare(args: argparse.Namespace, work: Path) -> float:
+    """The ViT capture (``work/vit``) and the two diff captures (``work/a``, ``work/b``); their size."""
     side = int(args.input_size.split(",")[-1])
-    with tempfile.TemporaryDirectory(prefix="bench-analysis-") as tmp:
-        work = Path(tmp)
-        print(f"compare: vit_small_patch16_224 at {args.input_size}, {args.images} inputs;", end=" ")
-        print(f"diff: 2 x {args.diff_mb:g} MB")
-        vit = work / "vit"
-        images = photos(work / "photos", args.images)
-        model = (
-            "-m",
-            "vit_small_patch16_224",
-            "--model-arg",
-            f"img_size={side}",
-            "--input-size",
-            args.input_size,
-        )
-        capture(*model, "-l", "blocks.*", images, "-o", vit)
-        per_input = 64 * 56 * 56 * 4
-        count = max(1, round(args.diff_mb * 1e6 / per_input))
-        diff_images = photos(work / "photos-diff", count)
-        for name in ("a", "b"):
-            capture("-m", "resnet18", "-l", "layer1", diff_images, "-o", work / name, "--batch-size", "16")
-        size = (work / "a" / "layer1.npy").stat().st_size
-        print(f"  diff captures: {count} inputs, {size / 1e6:.0f} MB each")
-        cka_cases = {
-            "hookdump compare (CKA)": hd("compare", vit, "--json"),
-            "numpy CKA loop": me("cka-numpy", vit),
-        }
-        rsa_cases = {
-            "hookdump compare --metric rsa": hd(
-                "compare", vit, "--metric", "rsa", "-o", work / "rsa", "--json"
-            ),
+    images = photos(work / "photos", args.images)
+    model = (
+        "-m",
+        "vit_small_patch16_224",
+        "--model-arg",
+        f"img_size={side}",
+        "--input-size",
+        args.input_size,
+    )
+    capture(*model, "-l", "blocks.*", images, "-o", work / "vit")
+    count = max(1, round(args.diff_mb * 1e6 / (64 * 56 * 56 * 4)))
+    diff_images = photos(work / "photos-diff", count)
+    for name in ("a", "b"):
+        capture("-m", "resnet18", "-l", "layer1", diff_images, "-o", work / name, "--batch-size", "16")
+    size = (work / "a" / "layer1.npy").stat().st_size
+    harness.say(f"  diff captures: {count} inputs, {size / 1e6:.0f} MB each")
+    return size
+
+
+def tables(
+    args: argparse.Namespace, work: Path, size: float
+) -> list[tuple[str, float, dict[str, list[str]]]]:
+    """Each table's title, how near its two matrices must agree, and its cases (the baseline second)."""
+    vit, a, b = work / "vit", work / "a", work / "b"
+    cka = {"hookdump compare (CKA)": hd("compare", vit, "--json"), "numpy CKA loop": me("cka-numpy", vit)}
+    found = [(f"CKA of 12 x 12 blocks, {args.images} inputs", 1e-6, cka)]
+    if harness.have("rsatoolbox", "the RSA table"):
+        ours = hd("compare", vit, "--metric", "rsa", "-o", work / "rsa", "--json")
+        rsa = {
+            "hookdump compare --metric rsa": ours,
             "rsatoolbox calc_rdm + compare": me("rsa-rsatoolbox", vit),
         }
-        diff_cases = {"hookdump diff": hd("diff", work / "a", work / "b", "--json"),
-                      "numpy.allclose on memmaps": me("allclose", work / "a", work / "b")}  # fmt: skip
         # RSA within 1e-3: the RDMs agree to ~1e-15, but near-equal distances can rank the other way round
-        for cases, title, within in ((cka_cases, "CKA", 1e-6), (rsa_cases, "RSA (Spearman)", 1e-3)):
-            (_, mine), (_, theirs) = (run(cmd) for cmd in cases.values())
-            agree(mine, theirs, title, within)
-        results, _ = bench(cka_cases, args.rounds)
-        table(f"CKA of 12 x 12 blocks, {args.images} inputs", results, "numpy CKA loop")
-        results, _ = bench(rsa_cases, args.rounds)
-        table(f"RSA of 12 x 12 blocks, {args.images} inputs", results, "rsatoolbox calc_rdm + compare")
-        results, outputs = bench(diff_cases, args.rounds)
-        table(f"diff of two {size / 1e6:.0f} MB captures", results, "numpy.allclose on memmaps")
-        print(f"  hookdump diff: {'differs' if json.loads(outputs['hookdump diff'])['differs'] else 'same'};"
-              f" numpy.allclose: {json.loads(outputs['numpy.allclose on memmaps'])}")  # fmt: skip
+        found.append((f"RSA of 12 x 12 blocks, {args.images} inputs", 1e-3, rsa))
+    diff = {"hookdump diff": hd("diff", a, b, "--json"), "numpy.allclose on memmaps": me("allclose", a, b)}
+    return [*found, (f"diff of two {size / 1e6:.0f} MB captures", math.nan, diff)]
+
+
+def main() -> None:
+    if found := harness.worker():
+        return worker(*found)
+    options = harness.parser(__doc__, rounds=3)
+    options.add_argument("--images", type=int, default=512, help="inputs of the ViT capture (compare)")
+    options.add_argument("--diff-mb", type=float, default=200, help="MB of each capture (diff)")
+    options.add_argument("--input-size", default="3,64,64", help="the ViT's input size")
+    args = harness.parse(options, quick={"images": 16, "diff_mb": 3, "input_size": "3,32,32", "rounds": 1})
+    with harness.workdir("bench-analysis-") as work:
+        harness.say(f"compare: vit_small_patch16_224 at {args.input_size}, {args.images} inputs; diff: 2 x"
+                    f" {args.diff_mb:g} MB")  # fmt: skip
+        found = tables(args, work, prepare(args, work))
+        for title, within, cases in found[:-1]:  # the matrices, checked before anything is timed
+            mine, theirs = (run(cmd).stdout for cmd in cases.values())
+            agree(mine, theirs, title.split(" of")[0], within)
+        for title, _, cases in found:
+            results = harness.rounds({name: lambda c=cmd: run(c) for name, cmd in cases.items()}, args.rounds)
+            notes = []
+            if "hookdump diff" in results:
+                said = json.loads(results["hookdump diff"][-1].stdout)["differs"]
+                notes.append(f"hookdump diff: {'differs' if said else 'same'}; numpy.allclose:"
+                             f" {json.loads(results['numpy.allclose on memmaps'][-1].stdout)}")  # fmt: skip
+            harness.table(title, results, list(cases)[1], [harness.Column("x RSS", "rss", ratio=True)], notes)
 
 
 if __name__ == "__main__":
