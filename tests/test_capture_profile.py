@@ -1,5 +1,5 @@
 """``HOOKDUMP_PROFILE``: where a capture's time went, written as JSON when the run ends (issue 22's
-breakdown, which scripts/bench_dataset.py prints); nothing is written without it."""
+breakdown, which scripts/bench/dataset.py prints); nothing is written without it."""
 
 from __future__ import annotations
 

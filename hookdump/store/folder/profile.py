@@ -1,6 +1,6 @@
 """Where a capture's time goes: seconds added up by name in the code path (``time.perf_counter``, a few
 microseconds a batch), written as JSON to the file ``HOOKDUMP_PROFILE`` names when the run ends; nothing is
-written without it. ``scripts/bench_dataset.py`` prints them as the breakdown of hookdump's rows.
+written without it. ``scripts/bench/dataset.py`` prints them as the breakdown of hookdump's rows.
 
 On the main thread: ``setup`` (plan, model load, before the first batch; of which ``resume check``, the
 inputs already captured hashed again), ``decode`` (waiting for the next batch from the decoding workers),
