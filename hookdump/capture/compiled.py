@@ -1,5 +1,5 @@
 """``--compile``: the hooked model's forward pass under ``torch.compile`` (inductor), compiled in its first
-batch with the recorder's hooks traced into the graph (``recorder._compiling``). A batch of another size
+batch with the recorder's hooks traced into the graph (``copies.compiling``). A batch of another size
 (the last one, or one that --skip-bad shortened) runs eagerly instead: a new batch size would compile again,
 which costs more than the batch. What dynamo made (graphs, graph breaks) and how far the compiled values are
 from eager ones go into notes and the manifest."""
