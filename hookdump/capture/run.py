@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +24,9 @@ from ..store.folder import manifest, profile
 from ..store.folder.reader import finished_manifest
 from ..store.folder.records import Captured, Key
 from ..store.folder.writer import Writer
-from . import header, parallel, shapes
+from . import header, parallel, prepare, shapes
 from .behind import Behind
 from .compiled import Compiled
-from .options import CaptureOptions
 from .recorder import Recorder
 from .reduce import token_layout
 from .results import CapturePlan, CaptureResult, from_manifest
@@ -66,9 +65,9 @@ def run(
             return from_manifest(opts.out, data, time.perf_counter() - started)
         net, weight_notes = found.load()
         net.to(torch_device)
-        recorder = _recorder(net, found)
+        recorder = prepare.recorder(net, found)
         compiled = Compiled(net, name.requested) if opts.compile else None
-        state = _RunState(writer.resumed, found.skipped)
+        state = prepare.RunState(writer.resumed, found.skipped)
         if writer.resumed is not None:
             recorder.restore(writer.resumed["recorder"])
         run = Run(torch_device, opts.dtype, opts.channels_last, opts.grad, opts.target)
@@ -105,11 +104,11 @@ def run(
             writer.suspend(manifest.incomplete(options_record, writer.images_done, total, advice))
             return Interrupted(code, _interrupted_text(opts.out, writer.images_done, total, writer, advice))
 
-        batches = _batches(found, state.batches)
+        batches = prepare.batches(found, state.batches)
         loop = profile.add("setup", started)
         try:
             with watch.blaming_sizes(name.requested):
-                forward_all(net, recorder, _timed(batches, watch), run, name.requested, sink, compiled)
+                forward_all(net, recorder, prepare.timed(batches, watch), run, name.requested, sink, compiled)
             start = profile.add("loop", loop)
             behind.close()
             profile.add("writer drain", start)
@@ -149,7 +148,8 @@ def run(
             kept = [p for p in found.paths if str(p) not in skipped] if skipped else found.paths
             records = input_records(kept, source, found.config, writer.records, finish)
             notes += frame_notes(records) + classfolders.note(records)
-        extra = {**_run_record(recorder, run, opts, state.classes), "skipped": state.skipped, "notes": notes}
+        extra = {**prepare.run_record(recorder, run, opts, state.classes), "skipped": state.skipped}
+        extra["notes"] = notes
         extra["compile"] = compiled.record() if compiled is not None else None
         if found.shard is not None:
             extra["shard"] = found.shard
@@ -184,97 +184,10 @@ def run(
     )
 
 
-class _RunState:
-    """How far the run got: batches, images, classes, skipped inputs; continued from ``progress``."""
-
-    def __init__(self, progress: dict[str, Any] | None, skipped: list[dict[str, str]]) -> None:
-        progress = progress or {}
-        self.batches: int = progress.get("batches", 0)
-        self.images: int = progress.get("images", 0)
-        self.classes: list[int] = progress.get("classes", [])
-        self.skipped: list[dict[str, str]] = progress.get("skipped", skipped)
-
-    @property
-    def skipped_paths(self) -> set[str]:
-        return {s["path"] for s in self.skipped}
-
-    def advance(self, batch: loader.Batch, classes: list[int]) -> None:
-        self.batches += 1
-        self.images += len(batch.paths) + len(batch.failed)
-        self.classes += classes
-        self.skipped += batch.failed
-
-    def progress(self, total: int, recorder: Recorder) -> dict[str, Any]:
-        """The small part of a checkpoint (``Writer.start`` wrote the options and inputs once)."""
-        return {
-            "batches": self.batches, "images": self.images, "total": total or 1,
-            "skipped": list(self.skipped), "recorder": recorder.state(),
-        }  # fmt: skip
-
-
-def _recorder(net: torch.nn.Module, found: CapturePlan) -> Recorder:
-    opts, inventory = found.options, found.tree.inventory
-    modules = inventory.modules
-    ops = {t.path: op for t in found.targets if (op := inventory.op(t.path)) is not None}  # PATH:OP
-    as_layers = [inventory.get(name) for name in ops]  # an op runs in its module's calls
-    calls = {m.name: m.calls or 1 for m in [*modules, *filter(None, as_layers)]}
-    finished = {m.name: m.finished for m in modules if m.finished is not None}
-    early = opts.early_stop and not opts.compile  # a compiled graph runs whole
-    return Recorder(
-        net, found.targets, opts.what, grad=opts.grad, expected_calls=calls if early else None,
-        finished=finished, reduce=opts.reduce, save_as=found.save_as, channels_last=found.channels_last,
-        tokens=token_layout(net), op_values=ops,
-    )  # fmt: skip
-
-
-def _batches(found: CapturePlan, done: int) -> Generator[loader.Batch, None, None]:
-    """The batches still to run (after ``done`` of them, with --resume); close it to stop the workers."""
-    opts, source = found.options, found.source
-    assert source is not None
-    if source.random:
-        if not done:
-            yield loader.Batch([], loader.random_batch(found.config, source.seed))
-        return
-    rest = found.paths[done * opts.batch_size :]
-    workers = loader.default_workers(len(rest), opts.batch_size) if opts.workers is None else opts.workers
-    pin = resolve_device(opts.device).type == "cuda"
-    yield from loader.batches(rest, found.config, opts.batch_size, workers, opts.skip_bad, pin)
-
-
-def _timed(
-    batches: Generator[loader.Batch, None, None], watch: shapes.Watch
-) -> Generator[loader.Batch, None, None]:
-    """``batches``, each shown to ``watch``, with the time spent waiting for each added to the profile's
-    ``decode``."""
-    start = profile.clock()
-    for batch in batches:
-        profile.add("decode", start)
-        watch.batch(batch)
-        yield batch
-        start = profile.clock()
-
-
 def _interrupted_text(out: Path, done: int, total: int, writer: Writer, advice: str) -> str:
     if not writer.kept:
         return "nothing of this run was kept."
     return f"{done} of {total} images reached `{out}`. {advice[0].upper()}{advice[1:]}."
-
-
-def _run_record(recorder: Recorder, run: Run, opts: CaptureOptions, classes: list[int]) -> dict[str, Any]:
-    """The manifest keys that describe how this capture ran."""
-    return {
-        "save_dtype": opts.save_dtype,
-        "channels_last": run.channels_last,
-        "reduce": opts.reduce,
-        "stopped_early": recorder.stopped_early,
-        "grad": {"target": "top" if run.target is None else run.target, "classes": classes}
-        if run.grad
-        else None,
-        "values": [
-            {"layer": k[0], "kind": k[1], "index": k[2], "call": k[3], "value": v}
-            for k, v in recorder.other.items()
-        ],
-    }
 
 
 def _capture_notes(recorder: Recorder, results: list[Captured]) -> list[str]:

@@ -130,7 +130,7 @@ def recorder_breaks(model_name: str, layers: list[str], batch: int) -> None:
     import torch
 
     from hookdump import api
-    from hookdump.capture.run import _recorder
+    from hookdump.capture import prepare
 
     with harness.workdir("hookdump-compile-") as work:
         found = api.plan(
@@ -140,7 +140,7 @@ def recorder_breaks(model_name: str, layers: list[str], batch: int) -> None:
     net, _ = found.load()
     net.eval()
     x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(1))
-    with _recorder(net, found) as recorder, torch.no_grad():
+    with prepare.recorder(net, found) as recorder, torch.no_grad():
         try:
             explained = torch._dynamo.explain(recorder.model)(x)
         except BaseException as exc:  # the early stop's exception, raised from a hook inside the graph
