@@ -11,14 +11,11 @@ from typing import Any
 from .analysis.diff import DiffResult, diff
 from .analysis.similarity import Similarity, compare
 from .analysis.top import TopResult, top
-from .capture import parallel, preflight, run
-from .capture.build import Model, Transform, model_spec, once
+from .capture import listing, parallel, preflight, run
+from .capture.build import Model, Transform
 from .capture.options import CaptureOptions
 from .capture.results import CapturePlan, CaptureResult, ModuleTree, from_manifest
-from .errors import UsageError
-from .inputs import transforms
 from .inputs.spec import InputSpec
-from .model import inventory, layers, sources
 from .model.spec import DEFAULT_MODEL, ModelSpec
 from .pictures.draw import capture_pictures
 from .store.folder import commit, profile
@@ -70,29 +67,7 @@ def list_modules(
         transform: the eval transform of a module of yours (a PIL image to a ``(C, H, W)`` float tensor).
         ops: also name each module's own ops (``PATH:OP``, ``model/ops.py``) in the traced pass.
     """
-    if depth is not None and depth < 1:
-        raise UsageError(f"--depth {depth} is not positive.", "Use --depth 1 for the top-level modules.")
-    spec = model_spec(model, transform)
-    source = sources.resolve(spec)
-    name = source.name
-    build_meta = once(source.build_meta)
-    build_real = once(lambda: source.load()[0])
-    size = input_size
-    if size is None:
-        config, _ = transforms.eval_config(
-            source.preprocess, spec, build_meta, build_real, None, [], ("input size",)
-        )
-        size = config["input_size"]
-    found = inventory.take(
-        build_meta, build_real, size, shapes=shapes, size_given=input_size is not None, ops=ops and shapes
-    )
-    shown = layers.select(found, depth, pattern, leaves, name.requested)
-    flat = pattern is not None or leaves
-    ignored = ["--ops is ignored with --no-shapes: ops are found in the traced pass it skips"] * (
-        ops and not shapes
-    )
-    notes = name.notes + found.notes + ignored
-    return ModuleTree(name.requested, name.timm_name, found, notes, shown, depth, flat)
+    return listing.module_tree(model, transform, input_size, shapes, ops, depth, pattern, leaves)
 
 
 def plan(
