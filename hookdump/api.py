@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from .analysis.diff import DiffResult, diff
 from .analysis.similarity import Similarity, compare
 from .analysis.top import TopResult, top
-from .capture import listing, parallel, preflight, run
+from .capture import launch, listing, parallel, preflight
 from .capture.build import Model, Transform
 from .capture.options import CaptureOptions
-from .capture.results import CapturePlan, CaptureResult, ModuleTree, from_manifest
+from .capture.results import CapturePlan, CaptureResult, ModuleTree
 from .inputs.spec import InputSpec
 from .model.spec import DEFAULT_MODEL, ModelSpec
 from .pictures.draw import capture_pictures
-from .store.folder import commit, profile
-from .store.folder.reader import finished_manifest
 
 __all__ = [
     "CaptureOptions",
@@ -126,38 +122,13 @@ def capture(
         options / option_values: a ``CaptureOptions``, or its fields as keywords (``out=..., grad=True``).
         on_batch: called after each batch reached the disk with (images done, images in all, bytes written).
     """
-    started = time.perf_counter()
-    profile.reset()  # (a capture before this one in the process)
-    if parallel.world()[1] > 1:
-        parallel.check_no_shard(option_values.get("shard", options.shard if options else None))
-    commit.clean_finished(Path(dataclasses.replace(options or CaptureOptions(), **option_values).out))
+    started = launch.begin(options, option_values)
     found = plan(
         layer_specs, model=model, images=images, options=options, decode=False, transform=transform,
         **option_values,
     )  # fmt: skip
-    if parallel.world()[1] > 1:
-        result = _capture_on_ranks(found, list(layer_specs), started)
-    else:
-        result = run.run(found, list(layer_specs), started, on_batch)
+    result = launch.capture(found, list(layer_specs), started, on_batch)
     if found.options.png and parallel.world()[0] == 0:
         shown = capture_pictures(result.out, result.inputs)
         result.pictures, result.notes = [r.path for r in shown.rendered], result.notes + shown.notes
     return result
-
-
-def _capture_on_ranks(found: CapturePlan, layer_specs: list[str], started: float) -> CaptureResult:
-    """Under torchrun: every rank captures its shard, rank 0 merges them into ``out`` (``parallel``)."""
-    opts = found.options
-    assert found.source is not None
-
-    def run_shard(shard: str, folder: Path, device: str, resume: bool) -> None:
-        rank_opts = dataclasses.replace(
-            opts, shard=shard, out=folder, device=device, overwrite=not resume, resume=resume
-        )
-        rank_plan = plan(layer_specs, model=found.spec, images=found.source, options=rank_opts, decode=False)
-        run.run(rank_plan, layer_specs, time.perf_counter(), None)
-
-    shards = min(parallel.world()[1], -(-len(found.paths) // opts.batch_size))  # a rank without a batch idles
-    merged = parallel.capture_on_ranks(run_shard, opts, max(shards, 1))
-    data = finished_manifest(opts.out)
-    return from_manifest(opts.out, data, time.perf_counter() - started, merged.tensors if merged else None)

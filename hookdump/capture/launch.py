@@ -1,0 +1,58 @@
+"""How a capture is launched: what it does before its plan, then the run in this one process, or under
+``torchrun`` every rank's shard and rank 0's merge of them (``parallel``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..store.folder import commit, profile
+from ..store.folder.reader import finished_manifest
+from . import parallel, preflight, run
+from .options import CaptureOptions
+from .results import CapturePlan, CaptureResult, from_manifest
+
+
+def begin(options: CaptureOptions | None, option_values: dict[str, Any]) -> float:
+    """Before a capture's plan: the profile started again, a --shard refused under torchrun, what a finished
+    commit left in the folder cleaned. Returns when the capture started (``time.perf_counter``)."""
+    started = time.perf_counter()
+    profile.reset()  # (a capture before this one in the process)
+    if parallel.world()[1] > 1:
+        parallel.check_no_shard(option_values.get("shard", options.shard if options else None))
+    commit.clean_finished(Path(dataclasses.replace(options or CaptureOptions(), **option_values).out))
+    return started
+
+
+def capture(
+    found: CapturePlan,
+    layer_specs: list[str],
+    started: float,
+    on_batch: Callable[[int, int, int], None] | None,
+) -> CaptureResult:
+    """What ``found`` planned, captured in this process, or on torchrun's ranks (``on_batch``: see
+    ``api.capture``; the ranks report no batch)."""
+    if parallel.world()[1] > 1:
+        return _on_ranks(found, layer_specs, started)
+    return run.run(found, layer_specs, started, on_batch)
+
+
+def _on_ranks(found: CapturePlan, layer_specs: list[str], started: float) -> CaptureResult:
+    """Under torchrun: every rank captures its shard, rank 0 merges them into ``out`` (``parallel``)."""
+    opts = found.options
+    assert found.source is not None
+
+    def run_shard(shard: str, folder: Path, device: str, resume: bool) -> None:
+        rank_opts = dataclasses.replace(
+            opts, shard=shard, out=folder, device=device, overwrite=not resume, resume=resume
+        )
+        rank_plan = preflight.plan(layer_specs, found.spec, found.source, rank_opts, decode=False)
+        run.run(rank_plan, layer_specs, time.perf_counter(), None)
+
+    shards = min(parallel.world()[1], -(-len(found.paths) // opts.batch_size))  # a rank without a batch idles
+    merged = parallel.capture_on_ranks(run_shard, opts, max(shards, 1))
+    data = finished_manifest(opts.out)
+    return from_manifest(opts.out, data, time.perf_counter() - started, merged.tensors if merged else None)
