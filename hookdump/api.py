@@ -1,4 +1,5 @@
-"""The Python API: every command as a function that returns dataclasses and never prints."""
+"""The Python API: every command as a function that returns dataclasses and never prints; a thin front over
+the wings that do the work (``capture``, ``analysis``; ``pictures`` for ``--png``)."""
 
 from __future__ import annotations
 
