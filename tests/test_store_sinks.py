@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from hookdump.errors import LayerError
-from hookdump.store.folder.records import Captured
+from hookdump.store.folder.captured import Captured
 from hookdump.store.folder.writer import Writer
 from hookdump.store.formats.npy import HEADER_BYTES
 

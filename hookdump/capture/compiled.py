@@ -18,7 +18,7 @@ from torch import nn
 
 from ..errors import HookdumpError, UsageError
 from ..failures import from_environment
-from ..store.folder.records import Key
+from ..store.folder.captured import Key
 from .recorder import Recorder
 
 #: Loggers that warn on every compile about things that do not matter here (a CPU machine without CUDA).

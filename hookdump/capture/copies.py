@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ..store.folder import profile
-from ..store.folder.records import Key
+from ..store.folder.captured import Key
 from .reduce import prefix_of
 from .reduce import reduce as pool
 

@@ -15,7 +15,7 @@ from ..model.layers import LayerTarget, call_out_of_range
 from ..model.ops import OpInfo
 from ..model.outputs import leaves
 from ..model.tree import is_container
-from ..store.folder.records import Key
+from ..store.folder.captured import Key
 from .copies import add, clock
 from .opvalues import OpValues
 

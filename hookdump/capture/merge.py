@@ -12,11 +12,11 @@ import torch
 from ..errors import InputError, UsageError
 from ..inputs.files import skipped_note
 from ..store.folder import outdir
+from ..store.folder.captured import Captured, key_from_json
 from ..store.folder.commit import owned
 from ..store.folder.lock import check_free
 from ..store.folder.manifest import MANIFEST, entry_stem
 from ..store.folder.reader import Capture, read_manifest
-from ..store.folder.records import Captured, key_from_json
 from ..store.folder.saved import SavedTensor
 from ..store.folder.writer import Writer
 from ..units import parse_size

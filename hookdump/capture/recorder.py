@@ -15,7 +15,7 @@ from ..model.layers import LayerTarget
 from ..model.ops import OpInfo
 from ..model.outputs import tensor_shapes
 from ..store.folder import profile
-from ..store.folder.records import Captured, Key, key_from_json
+from ..store.folder.captured import Captured, Key, key_from_json
 from . import scores
 from .copies import Copies
 from .hooks import EarlyStop, Hooks

@@ -21,8 +21,8 @@ from ..model import layouts
 from ..model.device import resolve_device
 from ..model.spec import ResolvedName
 from ..store.folder import manifest, profile
+from ..store.folder.captured import Captured, Key
 from ..store.folder.reader import finished_manifest
-from ..store.folder.records import Captured, Key
 from ..store.folder.writer import Writer
 from . import header, parallel, prepare, shapes
 from .behind import Behind

@@ -11,7 +11,7 @@ import torch
 from ..errors import UsageError
 from ..failures import from_environment
 from ..inputs.loader import Batch
-from ..store.folder.records import Key
+from ..store.folder.captured import Key
 from .compiled import Compiled
 from .recorder import Recorder
 

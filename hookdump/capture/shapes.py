@@ -15,7 +15,7 @@ from ..errors import HookdumpError, InputError
 from ..failures import from_environment
 from ..inputs import sizes
 from ..inputs.loader import Batch
-from ..store.folder.records import Captured, Key
+from ..store.folder.captured import Captured, Key
 from ..store.formats.npystream import NpyStream
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from ...errors import InputError
 from ...version import __version__
-from .records import file_stem
+from .captured import file_stem
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 2

@@ -11,11 +11,11 @@ from typing import Any
 
 from ...errors import InputError, UsageError
 from . import claims, record
+from .captured import file_stem
 from .claims import check_folder
 from .journal import PROGRESS, SCRATCH, committing, read_progress
 from .manifest import MANIFEST
 from .reader import read_manifest
-from .records import file_stem
 
 REPORT_PAGE, REPORT_FOLDER = "index.html", "report"  # ``hookdump report``: the page and its pictures
 

@@ -13,7 +13,7 @@ import torch
 from ..formats.npystream import NpyStream
 from ..formats.pt import write_pt
 from ..formats.safetensors import SAFETENSORS_INDEX, write_safetensors
-from .records import Captured, Key
+from .captured import Captured, Key
 
 
 @dataclass

@@ -14,7 +14,7 @@ from ..formats.choices import check_save_dtype, for_saving
 from ..formats.npystream import NpyStream
 from ..formats.stats import Accumulator, nonfinite_notes
 from . import commit, journal, profile
-from .records import Captured, Key, key_from_json
+from .captured import Captured, Key, key_from_json
 from .saved import SavedTensor, dtype_name, saved_files
 
 

@@ -14,11 +14,11 @@ from ...errors import Interrupted
 from ...failures import DISK_FULL, disk_full
 from ..formats.npy import HEADER_BYTES
 from . import commit, inputrows, inputtable, journal, outdir, profile
+from .captured import Captured
 from .journal import CLASSES, INPUTS, PROGRESS, RUN, SCRATCH
 from .lock import OutputLock
 from .manifest import MANIFEST
 from .reader import read_manifest
-from .records import Captured
 from .saved import SavedTensor
 from .streams import Streams
 
