@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hookdump.model.ops import OpInfo, discover, op_name
+from hookdump.model.opinfo import OpInfo, discover
+from hookdump.model.ops import op_name
 
 
 class Spelled(nn.Module):

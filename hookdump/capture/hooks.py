@@ -12,7 +12,7 @@ from torch.utils.hooks import RemovableHandle
 
 from ..errors import LayerError
 from ..model.layers import LayerTarget, call_out_of_range
-from ..model.ops import OpInfo
+from ..model.opinfo import OpInfo
 from ..model.outputs import leaves
 from ..model.tree import is_container
 from ..store.folder.captured import Key

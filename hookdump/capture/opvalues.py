@@ -14,7 +14,8 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ..errors import LayerError
-from ..model.ops import Frame, OpInfo, OpWatch
+from ..model.opinfo import OpInfo
+from ..model.ops import Frame, OpWatch
 
 
 class OpValues:

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..model.layers import LayerTarget
-from ..model.ops import OpInfo
+from ..model.opinfo import OpInfo
 from ..model.outputs import tensor_shapes
 from ..store.folder import profile
 from ..store.folder.captured import Captured, Key, key_from_json

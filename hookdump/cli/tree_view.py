@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..api import ModuleTree
-    from ..model.ops import OpInfo
+    from ..model.opinfo import OpInfo
     from ..model.tree import ModuleInfo
 
 #: One piece of a line: its text and its rich style ("" for none).

@@ -12,7 +12,7 @@ from torch import nn
 from ..errors import InputError, UsageError
 from . import featlevels
 from .meta import FastShapes
-from .ops import discover, mark_batch_axes
+from .opinfo import discover, mark_batch_axes
 from .outputs import tensor_shapes
 from .tree import ATTN_DROP, Inventory, ModuleInfo, is_container
 

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .ops import OpInfo
+from .opinfo import OpInfo
 
 PREFIX = "feat:"  # a feature level as a layer spec: feat:K
 CONTAINER_REASON = "container: never called, a hook here never fires; hook a child"
