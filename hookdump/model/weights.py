@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 from ..errors import InputError, UsageError
-from .checkpoints import check_fits, read_checkpoint
+from .checkpoints import read_checkpoint
 from .meta import SkipInit
 from .spec import SEED_MAX, ModelSpec
+from .statediff import check_fits
 
 
 def check_hookable(model: object, name: str) -> None:

@@ -18,9 +18,9 @@ from torch import nn
 from ...errors import InputError, did_you_mean
 from .. import featlevels
 from ..args import format_model_args
-from ..checkpoints import check_fits
 from ..meta import SkipValueWrites
 from ..spec import ModelSpec, ResolvedName
+from ..statediff import check_fits
 from ..weights import build_uninitialised, check_hookable, check_weights, load_checkpoint, random_note
 from .base import Source
 

@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from ....errors import InputError
-from ...checkpoints import check_fits, read_checkpoint
+from ...checkpoints import read_checkpoint
+from ...statediff import check_fits
 from ...weights import build_uninitialised, check_hookable, check_weights
 from .build import ImageTower, built, tower
 from .facts import facts
