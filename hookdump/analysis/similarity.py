@@ -1,31 +1,28 @@
 """``hookdump compare A [B]``: the layer x layer similarity of one capture (each layer against each) or of
 two (two models, or two checkpoints, on the same inputs): linear CKA (unbiased by default) or RSA, a table,
-JSON, a heat map PNG, and under RSA the RDMs as ``.npy`` files in the inputs' order."""
+JSON, a heat map PNG, and under RSA the RDMs as ``.npy`` files in the inputs' order. Here: the layers and
+inputs compared, the result and its table, the files claimed; ``simmatrix.py`` fills the matrix."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..errors import UsageError, check_choice, did_you_mean
-from ..failures import from_environment
 from ..pictures.heatmap import heatmap
 from ..store.folder import claims
 from ..store.folder.reader import Capture
-from . import cka, rsa
+from . import rsa
 from .captures import check_inputs, open_capture, picked, select
-from .gram import Gram, check_fits, gram, gram_of
-from .pool import REDUCTIONS, reduced
+from .gram import check_fits
+from .pool import REDUCTIONS
 from .results import COMPARE_FOLDER, compare_json, result_writer
+from .simmatrix import RDMS, Grams, cka_matrix, rsa_matrix
 
 METRICS = ("cka", "rsa")
-RDMS = "rdm"  # the folder of RSA's RDMs, in compare's --out
 
 
 @dataclass
@@ -125,13 +122,13 @@ def compare(
     folder = Path(out) if out is not None else left.path / COMPARE_FOLDER
     drawn = [f"{metric}.png", compare_json(metric)] if png and not rdm_only else []
     with claims.claim(folder, drawn + [RDMS + "/"] * (metric == "rsa"), "compare", "--out") as writing:
-        grams = _Grams(reduce)
+        grams = Grams(reduce)
         if metric == "cka":
             how = {"estimator": "biased" if biased else "unbiased"}
-            grid = _cka(grams, left, rows, right, cols, not biased)
+            grid = cka_matrix(grams, left, rows, right, cols, not biased)
         else:
             how = {"distance": distance, "method": method}
-            grid, files = _rsa(grams, left, rows, right, cols, distance, method, rdm_only, writing)
+            grid, files = rsa_matrix(grams, left, rows, right, cols, distance, method, rdm_only, writing)
         notes += grams.notes()
         result = Similarity(
             Path(a), None if b is None else Path(b), metric, how, n, rows, cols, grid, notes=notes,
@@ -193,92 +190,3 @@ def _inputs(left: Capture, rows: list[str], right: Capture | None, cols: list[st
             "Pick tensors captured over the same images with --layers.",
         )
     return next(iter(counts.values()))
-
-
-class _Grams:
-    """Each tensor's Gram matrix: of its values flattened, or (``--reduce``) of its ``(N, C)`` pooled form;
-    what the pooling left as it was, or left out, said once in notes."""
-
-    def __init__(self, reduce: str) -> None:
-        self.reduce = reduce
-        self.kept: list[str] = []
-        self.prefixes: dict[str, int] = {}
-
-    def __call__(self, capture: Capture, name: str) -> Gram:
-        if self.reduce == "none":
-            return gram(capture, name)
-        pooled = reduced(capture, name, self.reduce, self.kept, self.prefixes)
-        return (
-            gram(capture, name) if pooled is None else gram_of(pooled, what=f"`{name}` of `{capture.path}`")
-        )
-
-    def notes(self) -> list[str]:
-        kept = list(dict.fromkeys(self.kept))
-        notes = [
-            f"--reduce {self.reduce} leaves {', '.join(kept)} as it is: no (N, C, H, W) or (N, L, C) map"
-        ] * bool(kept)
-        for count in sorted(set(self.prefixes.values())):
-            names = [n for n, c in self.prefixes.items() if c == count]
-            notes.append(f"--reduce {self.reduce} left out the first {count} token(s) of {', '.join(names)}")
-        return notes
-
-
-def _cka(
-    grams: _Grams, left: Capture, rows: list[str], right: Capture | None, cols: list[str], unbiased: bool
-) -> list[list[float | None]]:
-    """CKA of every row layer with every column layer, one prepared Gram per layer."""
-    ready_a = [cka.prepare(grams(left, r).matrix, unbiased) for r in rows]
-    ready_b = ready_a if right is None else [cka.prepare(grams(right, c).matrix, unbiased) for c in cols]
-    self_a = [cka.hsic(p, p) for p in ready_a]
-    self_b = self_a if right is None else [cka.hsic(p, p) for p in ready_b]
-    return [
-        [cka.cka(p, q, self_a[i], self_b[j]) for j, q in enumerate(ready_b)] for i, p in enumerate(ready_a)
-    ]
-
-
-def _rsa(
-    grams: _Grams,
-    left: Capture,
-    rows: list[str],
-    right: Capture | None,
-    cols: list[str],
-    distance: str,
-    method: str,
-    rdm_only: bool,
-    writing: claims.Claim,
-) -> tuple[list[list[float | None]], list[Path]]:
-    """The RDMs of every layer, staged as the folder ``rdm`` of the claimed one, and compared."""
-    rdms_a = {r: rsa.rdm(grams(left, r), distance) for r in rows}
-    rdms_b = rdms_a if right is None else {c: rsa.rdm(grams(right, c), distance) for c in cols}
-    files = _write_rdms(writing, left, rdms_a, None if right is None else rdms_b)
-    if rdm_only:
-        return [], files
-    grid = [[rsa.compare_rdms(rdms_a[r], rdms_b[c], method) for c in cols] for r in rows]
-    return grid, files
-
-
-def _write_rdms(
-    writing: claims.Claim,
-    left: Capture,
-    rdms_a: dict[str, np.ndarray[Any, Any]],
-    rdms_b: dict[str, Any] | None,
-) -> list[Path]:
-    """``rdm/<layer>.npy`` (B's under ``rdm/b/``) and ``rdm/inputs.json``, staged to replace the folder
-    whole when the claim commits."""
-    staged = writing.stage_folder(RDMS)
-    folder = writing.path(RDMS)
-    written: list[Path] = []
-    try:
-        if rdms_b is not None:
-            (staged / "b").mkdir()
-        for sub, rdms in (("", rdms_a), ("b", rdms_b or {})):
-            for name, matrix in rdms.items():
-                np.save(staged / sub / f"{name}.npy", matrix)
-                written.append(folder / sub / f"{name}.npy")
-        order = [{k: i.get(k) for k in ("path", "sha256")} for i in left.inputs]
-        (staged / "inputs.json").write_text(json.dumps(order, indent=1) + "\n")
-    except OSError as exc:
-        raise from_environment(exc) or UsageError(
-            f"Cannot write `{folder}`: {exc}", "Choose another --out."
-        ) from exc
-    return [*written, folder / "inputs.json"]
