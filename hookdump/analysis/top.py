@@ -1,7 +1,7 @@
 """``hookdump top OUT --layer L``: the k inputs with the largest activation of each channel (its map's
 maximum or mean over space; for tokens, over the token positions; for an ``(N, C)`` tensor, such as a
 ``--reduce``'d capture or logits, the value itself), found in one streamed pass over the
-capture (a running top-k per channel, one input's maps read at a time: the tensor is never loaded), and a
+capture (a running top-k per channel, one input's maps read at a time: ``topk.py``), and a
 contact sheet per channel: each top input as the model saw it with the channel's map over it."""
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from ..errors import UsageError, check_choice
 from ..pictures.contact import contact_sheet, tile
 from ..pictures.grid import _range
 from ..pictures.maps import feature_maps
-from ..pictures.windows import not_per_image
 from ..store.folder import claims
 from ..store.folder.reader import Capture
 from ..store.folder.tensorfile import Loaded, load
@@ -26,6 +25,7 @@ from ..store.formats import nonfinite
 from ..units import first_few
 from .captures import open_capture
 from .results import TOP_FOLDER, TOP_JSON, result_writer
+from .topk import one_value_per_channel, running_top
 
 BY = ("max", "mean")
 DEFAULT_CHANNELS = 16
@@ -101,7 +101,7 @@ def top(
         raise UsageError("--channel and --channels both given.", "Give one channel, or a range A:B.")
     capture = open_capture(Path(out))
     loaded = load(capture.path, layer)
-    vector = _one_value_per_channel(loaded)
+    vector = one_value_per_channel(loaded)
     # (N, C) (a --reduce'd capture, logits, pooled features) or maps; any other tensor is refused, naming it
     count = int(loaded.array.shape[1]) if vector else int(feature_maps(loaded, 0).maps.shape[0])
     picked = _channels(channel, channels, count, layer)
@@ -128,7 +128,7 @@ def _top(
     """Rank, then (``writing``) stage a contact sheet per channel and ``top.json``."""
     excluded: dict[int, list[int]] = {}
     counted = nonfinite.Count()
-    best_value, best_index = _running_top(loaded, picked, k, by, vector, excluded, counted)
+    best_value, best_index = running_top(loaded, picked, k, by, vector, excluded, counted)
     notes = [f"-k {k}: the capture holds {loaded.count} inputs"] if k > loaded.count else []
     if vector:
         reduced = ((loaded.manifest or {}).get("options") or {}).get("reduce")
@@ -196,54 +196,6 @@ def _channels(channel: int | None, channels: str | None, count: int, layer: str)
         _range(channels, count, layer) if channels is not None else (0, min(count, DEFAULT_CHANNELS))
     )
     return list(range(start, stop))
-
-
-def _one_value_per_channel(loaded: Loaded) -> bool:
-    """Whether the tensor is ``(N, C)``, one value per channel of each input, rather than maps."""
-    shape = loaded.array.shape
-    return len(shape) == 2 and 0 not in shape and not loaded.windows and not_per_image(loaded) is None
-
-
-def _running_top(
-    loaded: Loaded,
-    picked: list[int],
-    k: int,
-    by: str,
-    vector: bool,
-    excluded: dict[int, list[int]],
-    found: nonfinite.Count,
-) -> tuple[np.ndarray[Any, Any], ...]:
-    """One pass over the inputs: the best ``k`` (value, input index) per channel, ties to the first input
-    (a slot no finite score filled holds -inf); ``vector``: each channel's value is the entry itself. An
-    input whose score is NaN or infinite is not ranked in that channel: ``excluded[channel]`` lists it;
-    ``found`` counts the NaN and Inf of every value read."""
-    rows = np.array(picked)
-    value = np.full((len(picked), 0), -np.inf)
-    index = np.zeros((len(picked), 0), np.int64)
-    batch: list[np.ndarray[Any, Any]] = []
-    start = 0
-    for i in range(loaded.count):
-        if vector:
-            score = loaded.image(i)[rows].astype(np.float64)
-            found.add(score)
-        else:
-            maps = feature_maps(loaded, i).maps[rows].reshape(len(picked), -1).astype(np.float64)
-            found.add(maps)
-            with np.errstate(all="ignore"):  # inf - inf in a mean: NaN, said below
-                score = maps.max(axis=1) if by == "max" else maps.mean(axis=1)
-        for row in np.flatnonzero(~np.isfinite(score)):  # not ranked: said, never dropped silently
-            excluded.setdefault(picked[row], []).append(i)
-        batch.append(np.where(np.isfinite(score), score, -np.inf))
-        if len(batch) == 256 or i == loaded.count - 1:
-            scores = np.stack(batch, axis=1)
-            value = np.concatenate([value, scores], axis=1)
-            index = np.concatenate(
-                [index, np.arange(start, start + scores.shape[1])[None].repeat(len(picked), 0)], axis=1
-            )
-            order = np.lexsort((index, -value), axis=-1)[:, :k]
-            value, index = np.take_along_axis(value, order, 1), np.take_along_axis(index, order, 1)
-            start, batch = i + 1, []
-    return value, index
 
 
 def _sheet(
