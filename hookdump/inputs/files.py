@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import InputError, UsageError
 from ..model.sources.timm.names import ALIASES
 from ..units import first_few
-from . import forks, shards, tables
+from . import forks, parts, shards, tables
 from .images import check_image, load_formats, open_image
 from .spec import InputSpec, sample_path
 from .transforms import model_mode
@@ -50,12 +50,7 @@ def collect(
     found: list[Path] = []
     left_out: list[Path] = []
     for text in spec.paths:
-        if tables.is_table(
-            text, IMAGE_SUFFIXES
-        ):  # Parquet, a save_to_disk folder: each row, FILE::ROW, in order
-            found.extend(tables.addresses(text, spec.image_column, spec.label_column))
-            continue
-        found.extend(_expand(text, skip, left_out))
+        found.extend(_expand(text, spec, skip, left_out))
     for folder in dict.fromkeys(left_out):
         if notes is not None and (count := len(walk(folder, frozenset(), []))):
             notes.append(
@@ -123,11 +118,12 @@ def none_readable(skipped: list[dict[str, str]]) -> InputError:
     )
 
 
-def _expand(text: str, skip: frozenset[Path], left_out: list[Path]) -> list[Path]:
-    if shards.is_shards(text):  # webdataset tar shards: each sample, SHARD::KEY, in order
-        return [
-            shards.address(shard, key) for shard in shards.shard_paths(text) for key in shards.samples(shard)
-        ]
+def _expand(
+    text: str, spec: InputSpec, skip: frozenset[Path], left_out: list[Path], listed: bool = False
+) -> list[Path]:
+    kind = parts.named(text, listed)
+    if kind is not None:  # tar shards, Parquet, a save_to_disk folder: each part, FILE::KEY, in order
+        return kind.addresses(text, spec)
     if text.startswith("@"):
         listing = Path(text[1:])
         if not listing.is_file():
@@ -138,7 +134,9 @@ def _expand(text: str, skip: frozenset[Path], left_out: list[Path]) -> list[Path
             raise InputError(f"List file `{listing}` holds no images.", "Write one image path a line in it.")
         paths = [p if p.exists() or p.is_absolute() else listing.parent / p for p in paths]
         return [
-            m for p in paths for m in (_expand(str(p), skip, left_out) if shards.is_shards(str(p)) else [p])
+            m
+            for p in paths
+            for m in (_expand(str(p), spec, skip, left_out, True) if parts.named(str(p), True) else [p])
         ]
     path = Path(text)
     if path.is_dir() and path.resolve() in skip:
@@ -188,10 +186,10 @@ def _is_model_name(text: str) -> bool:
 def option_notes(paths: list[Path], spec: InputSpec) -> list[str]:
     """What the inputs' options did: the image column chosen for a table, an option no input used."""
     notes = tables.note_columns(paths, spec.image_column)
-    if spec.image_key and not any(shards.is_member(p) for p in paths):
+    if spec.image_key and not any(shards.is_part(p) for p in paths):
         notes.append("--image-key is ignored: no input is a sample of a tar shard")
     columns = (("--image-column", spec.image_column), ("--label-column", spec.label_column))
     unused = [option for option, value in columns if value]
-    if unused and not any(tables.is_row(p) for p in paths):
+    if unused and not any(tables.is_part(p) for p in paths):
         notes.append(f"{' and '.join(unused)} ignored: no input is a row of a Parquet or datasets table")
     return notes

@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..digest import sha256
-from ..errors import InputError
-from . import pixels, shards, tables
-from .opening import checked_bytes, image_bytes, opened, unreadable
+from . import parts, pixels
+from .opening import checked_bytes, opened, unreadable
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
@@ -37,39 +36,20 @@ def load_formats() -> None:
 
 def digest(path: Path | str, image_key: str | None = None) -> str:
     """The sha256 of an input: of its file, or of the image bytes of a shard's sample or a table's row."""
-    encoded = image_bytes(path, image_key)
+    encoded = parts.image_bytes(path, image_key)
     return sha256(path) if encoded is None else hashlib.sha256(encoded).hexdigest()
 
 
 def exists(path: Path) -> bool:
     """Whether an input is there to be read: a file, or a sample of a shard, a row of a table, there."""
-    if tables.is_row(path):
-        file, row = tables.split(path)
-        try:
-            return file.is_file() and row < tables.layout(file).rows
-        except InputError:
-            return False
-    if not shards.is_member(path):
-        return path.is_file()
-    shard, key = shards.split(path)
-    try:
-        return shard.is_file() and key in shards.samples(shard)
-    except InputError:
-        return False
+    return parts.holds(path)
 
 
 def stamp(path: Path) -> tuple[int, int]:
     """(size, mtime_ns) of an input's file (a sample's shard): what a cache of it is keyed by; (-1, -1)
     when it is not there."""
-    file = (
-        tables.split(path)[0]
-        if tables.is_row(path)
-        else shards.split(path)[0]
-        if shards.is_member(path)
-        else path
-    )
     try:
-        stat = file.stat()
+        stat = parts.container(path).stat()
     except OSError:
         return -1, -1
     return stat.st_size, stat.st_mtime_ns
@@ -93,7 +73,7 @@ def read(path: Path, mode: str = "RGB", image_key: str | None = None) -> tuple[P
     """``open_image`` and the input's record, from its bytes read once: ``path``, the ``sha256`` of those
     bytes (``digest``'s) and what ``describe`` says."""
     name, missing = f"`{path}`", "Pass an existing image file."
-    data = image_bytes(path, image_key)
+    data = parts.image_bytes(path, image_key)
     if data is None:  # a file: read at once, and only if that fails asked why (a folder, missing, empty)
         try:
             with open(path, "rb") as file:
@@ -117,8 +97,4 @@ def labels(path: Path, label_column: str | None) -> dict[str, Any]:
     """An input's ``label`` (and a tar sample's ``metadata``) as the inputs' records keep them: a sample's
     ``.cls`` / ``.txt`` / ``.json``, a table row's ``label_column``; {} for a file (a class folder's label is
     its folder's name: ``classfolders``)."""
-    if shards.is_member(path):
-        return shards.label(path)
-    if tables.is_row(path):
-        return tables.label(path, label_column)
-    return {}
+    return parts.label(path, label_column)

@@ -13,28 +13,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
-from . import shards, tables
+from . import parts
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
 
 
-def image_bytes(path: Path | str, image_key: str | None) -> bytes | None:
-    """The image bytes of an input that is no file of its own (``SHARD::KEY``, ``FILE::ROW``), else None;
-    ``image_key``: its image member or column."""
-    if shards.SEPARATOR not in str(path):  # a file (its name not parsed: the hot path of every input)
-        return None
-    if tables.is_row(path):
-        return tables.image_bytes(path, image_key)
-    if shards.is_member(path):
-        return shards.image_bytes(path, image_key)
-    return None
-
-
 def checked_bytes(path: Path, name: str, missing: str, image_key: str | None) -> bytes | None:
     """The encoded image of an input that is no file of its own (``SHARD::KEY``, ``FILE::ROW``), else None
     once the file is found to be one that can be opened (``missing``: the fix when it does not exist)."""
-    encoded = image_bytes(path, image_key)
+    encoded = parts.image_bytes(path, image_key)
     if encoded is not None:
         return encoded
     if path.is_dir():
@@ -66,7 +54,7 @@ def opened(
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image = Image.open(path if data is None else io.BytesIO(data))
     except UnidentifiedImageError as exc:  # (read from bytes, its message names the in-memory file)
-        if tables.is_row(path) or shards.is_member(path):
+        if parts.kind_of(path) is not None:
             raise InputError(
                 f"{name} is not an image: its image bytes are no format Pillow reads.", _SKIP
             ) from exc

@@ -16,24 +16,42 @@ import re
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
+
+if TYPE_CHECKING:
+    from .spec import InputSpec
 
 SEPARATOR = "::"
 IMAGE_KEYS = ("jpg", "jpeg", "png", "webp")
 _BRACES = re.compile(r"\{([^{}]*)\}")
 
 
-def is_shards(text: str) -> bool:
-    """Whether an input names tar shards (``x.tar``, ``x-{000..009}.tar``, ``shards/*.tar``)."""
+def names(text: str, listed: bool = False) -> bool:
+    """Whether an input names tar shards (``x.tar``, ``x-{000..009}.tar``, ``shards/*.tar``), by its name
+    alone (``listed``: a line of an ``@list`` file, the same)."""
     return text.lower().endswith(".tar")
 
 
-def is_member(path: Path | str) -> bool:
+def addresses(text: str, spec: InputSpec) -> list[Path]:
+    """Every sample of the shards ``text`` names, as ``SHARD::KEY``, in order."""
+    return [address(shard, key) for shard in shard_paths(text) for key in samples(shard)]
+
+
+def is_part(path: Path | str) -> bool:
     """Whether an input address is a sample of a shard (``SHARD::KEY``)."""
     shard, sep, _ = str(path).partition(SEPARATOR)
     return bool(sep) and shard.lower().endswith(".tar")
+
+
+def holds(path: Path | str) -> bool:
+    """Whether the sample ``SHARD::KEY`` is there to be read (its shard there, holding its key)."""
+    shard, key = split(path)
+    try:
+        return shard.is_file() and key in samples(shard)
+    except InputError:
+        return False
 
 
 def braces(text: str) -> list[str]:
@@ -172,9 +190,9 @@ def image_bytes(path: Path | str, image_key: str | None = None) -> bytes:
     return _read(shard, sample.members[extension])
 
 
-def label(path: Path | str) -> dict[str, Any]:
+def label(path: Path | str, column: str | None = None) -> dict[str, Any]:
     """A sample's ``label`` (its ``.cls``: an integer where it is one) and ``metadata`` (its ``.txt``,
-    its ``.json`` parsed), as the inputs' records keep them."""
+    its ``.json`` parsed), as the inputs' records keep them (``column``: a table's, not a shard's)."""
     shard, sample = _sample(path)
     found: dict[str, Any] = {}
     if "cls" in sample.members:
@@ -195,7 +213,7 @@ def whole_shards(paths: list[Path], index: int, count: int) -> tuple[int, int] |
     """The rows ``[start, end)`` of part ``index`` of ``count`` when the inputs are samples of at least
     ``count`` tar shards: whole shards each (part ``i`` takes shards ``n*i//count`` up to ``n*(i+1)//count``
     of the ``n``), so that a rank opens only its own files; None for other inputs."""
-    if not paths or not all(is_member(p) for p in paths):
+    if not paths or not all(is_part(p) for p in paths):
         return None
     starts = [i for i, p in enumerate(paths) if i == 0 or split(p)[0] != split(paths[i - 1])[0]]
     if len(starts) < count:

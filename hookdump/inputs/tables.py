@@ -12,23 +12,27 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..model import extras
 from ..units import first_few
 from .shards import SEPARATOR
+from .walk import IMAGE_SUFFIXES
+
+if TYPE_CHECKING:
+    from .spec import InputSpec
 
 SUFFIXES = (".parquet", ".arrow")
 
 
-def is_table(text: str, image_suffixes: set[str]) -> bool:
-    """Whether an input names a Parquet file, a folder of them (and of no image, ``image_suffixes``), or a
-    ``save_to_disk`` folder."""
+def names(text: str, listed: bool = False) -> bool:
+    """Whether an input names a Parquet file, a folder of them (and of no image), or a ``save_to_disk``
+    folder (``listed``: a line of an ``@list`` file, a Parquet file only: no line is looked up on disk)."""
     path = Path(text)
     if path.suffix.lower() == ".parquet":
         return True
-    if not path.is_dir():
+    if listed or not path.is_dir():
         return False
     if (path / "state.json").is_file():
         return True
@@ -36,16 +40,25 @@ def is_table(text: str, image_suffixes: set[str]) -> bool:
     with os.scandir(path) as entries:  # a folder of 100,000 images: its first image decides
         for entry in entries:
             suffix = os.path.splitext(entry.name)[1].lower()
-            if suffix in image_suffixes and entry.is_file():
+            if suffix in IMAGE_SUFFIXES and entry.is_file():
                 return False
             parquet = parquet or (suffix == ".parquet" and entry.is_file())
     return parquet
 
 
-def is_row(path: Path | str) -> bool:
+def is_part(path: Path | str) -> bool:
     """Whether an input address is a row of a table (``FILE::ROW``)."""
     file, sep, row = str(path).rpartition(SEPARATOR)
     return bool(sep) and row.isdigit() and Path(file).suffix.lower() in SUFFIXES
+
+
+def holds(path: Path | str) -> bool:
+    """Whether the row ``FILE::ROW`` is there to be read (its file there, holding that many rows)."""
+    file, row = split(path)
+    try:
+        return file.is_file() and row < layout(file).rows
+    except InputError:
+        return False
 
 
 def _pyarrow() -> Any:
@@ -155,8 +168,10 @@ def _holds_bytes(kind: str) -> bool:
     )
 
 
-def addresses(text: str, wanted: str | None, label: str | None) -> list[Path]:
-    """Every row of the files ``text`` names, as ``FILE::ROW``; their columns checked first."""
+def addresses(text: str, spec: InputSpec) -> list[Path]:
+    """Every row of the files ``text`` names, as ``FILE::ROW``; their columns (``--image-column``,
+    ``--label-column``) checked first."""
+    wanted, label = spec.image_column, spec.label_column
     found: list[Path] = []
     files = table_files(text)
     if not files:
@@ -231,14 +246,14 @@ def image_bytes(path: Path | str, wanted: str | None = None) -> bytes:
     return value
 
 
-def label(path: Path | str, column: str | None) -> dict[str, Any]:
+def label(path: Path | str, column: str | None = None) -> dict[str, Any]:
     """A row's ``label`` from the ``--label-column``, as the inputs' records keep it."""
     return {} if column is None else {"label": _cell(path, column)}
 
 
 def note_columns(paths: list[Path], wanted: str | None) -> list[str]:
     """Which column the images were read from, per file (a note when it was not given)."""
-    files = list(dict.fromkeys(split(p)[0] for p in paths if is_row(p)))
+    files = list(dict.fromkeys(split(p)[0] for p in paths if is_part(p)))
     if not files or wanted is not None:
         return []
     chosen = sorted({image_column(f, None) for f in files})
