@@ -1,27 +1,24 @@
-"""Shared fixtures: real photos from the scikit-image wheel, the plugin folder, a CLI runner."""
+"""Shared fixtures: real photos from the scikit-image wheel, the plugin folder, a CLI runner, real weights."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
-import skimage
-from typer.testing import CliRunner
 
-from hookdump.cli.app import app
+# The helper modules' asserts explain themselves as a test's do (they were the test files' own helpers).
+pytest.register_assert_rewrite("cli_errors", "common", "dataset_inputs", "helpers", "read_back", "slow_runs")
 
-SKIMAGE_DATA = Path(skimage.__file__).parent / "data"
-PLUGINS = Path(__file__).parent / "plugins"
-CHECKOUT = Path(__file__).resolve().parent.parent
+from common import CHECKOUT, PLUGINS, SKIMAGE_DATA, Cli  # noqa: E402
+
+LITE0_SCRIPT = CHECKOUT / "scripts" / "lite0_checkpoint.py"
 
 
 @pytest.fixture(autouse=True)
@@ -79,19 +76,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 _STATE = pytest.StashKey[str | None]()
 
-#: How long a test waits for a process it started to get somewhere (a file to appear, a count to be
-#: reached) before it fails: a deadline, not a timing check; each wait polls its condition and gives up at
-#: once when the process exits. Generous, because a loaded 2-core machine runs tests side by side.
-WAIT_S = 600.0
-
-
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on now: torchrun's rendezvous port (its default, 29500,
-    would be shared by two torchrun tests running at the same time under pytest -n)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
 
 @pytest.fixture(scope="session")
 def chelsea() -> Path:
@@ -127,50 +111,35 @@ def plugins() -> Path:
     return PLUGINS
 
 
-class Cli:
-    """Runs the real Typer app in-process; stdout and stderr kept apart."""
-
-    def __init__(self) -> None:
-        self.runner = CliRunner()
-
-    def __call__(self, *args: str | Path) -> object:
-        return self.runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
-
-
 @pytest.fixture
 def cli() -> Cli:
     return Cli()
 
 
-def resumed_and_sharded(model: Any, photos: Any, layer: str, folder: Path) -> dict[str, np.ndarray]:
-    """``layer`` of ``photos`` three ways through the API, one photo per batch: a capture stopped after its
-    first batch (Ctrl-C) then ``resume``d, and two shards (``0/2``, ``1/2``) joined by ``merge``; each
-    checked to be whole, for a comparison with an uninterrupted capture."""
-    from hookdump import api
-    from hookdump.capture.merge import merge
+@pytest.fixture(scope="module")
+def lite0_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The README's recipe: the package's 296 tensors re-keyed, in order, onto timm's names."""
+    path = tmp_path_factory.mktemp("lite0") / "efficientnet_lite0.safetensors"
+    done = subprocess.run([sys.executable, LITE0_SCRIPT, path], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "wrote 296 tensors" in done.stdout
+    return path
 
-    def stop(done: int, total: int, written: int) -> None:
-        raise KeyboardInterrupt
 
-    options = {"model": model, "batch_size": 1, "workers": 0}
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 64 KB file system (tmpfs); skipped where mounting is not allowed (not root, a container)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     try:
-        api.capture(photos, [layer], out=folder / "resumed", on_batch=stop, **options)
-    except KeyboardInterrupt:
-        pass
-    else:
-        raise AssertionError("the capture was not stopped")
-    done = api.capture(photos, [layer], out=folder / "resumed", resume=True, **options)
-    assert "resumed after 1 of " in " ".join(done.notes), done.notes
-    shards = [folder / f"shard{i}" for i in range(2)]
-    for i, shard in enumerate(shards):
-        api.capture(photos, [layer], out=shard, shard=f"{i}/2", **options)
-    merge(shards, folder / "merged")
-    return {how: np.load(folder / how / f"{layer}.npy") for how in ("resumed", "merged")}
-
-
-def inputs_of(out: Path) -> list[dict[str, Any]]:
-    """A capture's input records, wherever they are (its ``inputs.parquet``, or an older manifest's list),
-    through ``hookdump.open``."""
-    import hookdump
-
-    return hookdump.open(out).inputs
+        yield where
+    finally:
+        unmounted = subprocess.run(["umount", str(where)], capture_output=True)
+        if unmounted.returncode != 0:  # busy: hookdump left a file open on it
+            subprocess.run(["umount", "--lazy", str(where)], check=False)
+            pytest.fail(f"cannot unmount the small disk: {unmounted.stderr.decode().strip()}")

@@ -14,7 +14,8 @@ from pathlib import Path
 import forkrun
 import numpy as np
 import pytest
-from conftest import SKIMAGE_DATA
+from common import SKIMAGE_DATA
+from helpers import cka_numpy
 from PIL import Image
 from rsatoolbox.data import Dataset
 from rsatoolbox.rdm import calc_rdm
@@ -32,35 +33,6 @@ R18 = ("-m", "resnet18", "--input-size", "3,64,64", "-l", "layer1", "-l", "layer
 def hd(*args: object) -> subprocess.CompletedProcess[str]:
     """The console script, forked from a server that imported it once (``forkrun``)."""
     return forkrun.run(args, timeout=600)
-
-
-# --- the oracles, independent of hookdump ------------------------------------------------------------------
-
-
-def centre(k: np.ndarray) -> np.ndarray:
-    n = len(k)
-    h = np.eye(n) - np.ones((n, n)) / n
-    return h @ k @ h
-
-
-def hsic_biased(k: np.ndarray, m: np.ndarray) -> float:
-    return float(np.trace(k @ centre(m))) / (len(k) - 1) ** 2
-
-
-def hsic_unbiased(k: np.ndarray, m: np.ndarray) -> float:
-    """Song et al. 2012, eq. 5, term by term with the diagonals zeroed."""
-    n = len(k)
-    k, m = k - np.diag(np.diag(k)), m - np.diag(np.diag(m))
-    one = np.ones(n)
-    terms = np.trace(k @ m) + (one @ k @ one) * (one @ m @ one) / ((n - 1) * (n - 2))
-    return float(terms - 2 / (n - 2) * (one @ k @ m @ one)) / (n * (n - 3))
-
-
-def cka_numpy(x: np.ndarray, y: np.ndarray, unbiased: bool = True) -> float:
-    x, y = x.reshape(len(x), -1).astype(np.float64), y.reshape(len(y), -1).astype(np.float64)
-    k, m = x @ x.T, y @ y.T
-    h = hsic_unbiased if unbiased else hsic_biased
-    return h(k, m) / np.sqrt(h(k, k) * h(m, m))
 
 
 def cka_hookdump(x: np.ndarray, y: np.ndarray, unbiased: bool = True, chunk: int = 64) -> float | None:

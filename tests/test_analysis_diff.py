@@ -15,14 +15,14 @@ import forkrun
 import numpy as np
 import pytest
 import torch
-from conftest import SKIMAGE_DATA, inputs_of
+from common import CHECKOUT, SKIMAGE_DATA, inputs_of
 from helpers import seeded
 from PIL import Image
 from safetensors.torch import save_file
 
 from hookdump.analysis.diff import diff
 
-GOLDEN = Path(__file__).resolve().parent.parent / "configs" / "golden-resnet18.toml"  # the layers, size, seed
+GOLDEN = CHECKOUT / "configs" / "golden-resnet18.toml"  # the layers, size, seed
 SHIFT = (
     0.25  # added to layer3.1.bn1's bias: its output moves by exactly this, the layers before it not at all
 )

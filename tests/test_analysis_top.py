@@ -13,7 +13,7 @@ from pathlib import Path
 import forkrun
 import numpy as np
 import pytest
-from conftest import SKIMAGE_DATA
+from common import SKIMAGE_DATA
 from PIL import Image
 from safetensors.numpy import load_file
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import inputs_of
+from common import inputs_of
 from safetensors.numpy import load_file
 
 from hookdump.inputs.spec import sample_path

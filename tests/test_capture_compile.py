@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import PLUGINS, SKIMAGE_DATA, inputs_of
+from common import PLUGINS, SKIMAGE_DATA, inputs_of
 from helpers import hand_hooks, odd_model, photo_batch, seeded
 
 from hookdump import api

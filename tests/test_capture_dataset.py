@@ -7,63 +7,37 @@ import io
 import json
 import shutil
 import signal
-import time
 from contextlib import redirect_stderr
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import SKIMAGE_DATA, inputs_of
+from common import SKIMAGE_DATA, inputs_of
 from safetensors.numpy import load_file
-from test_capture_runs import PLUGIN, _start, _wait_for
+from slow_runs import SLOW_BY_3, kill_when, mixed_photos, start_run
 
 from hookdump.cli.progress import Progress
 
 MODEL = ("-m", "test_resnet")
-SLOW = ("--import", str(PLUGIN), "-m", "slow_net", "-l", "conv", "-l", "act", "--batch-size", "3")
-
-
-def _photos(folder: Path, n: int) -> Path:
-    folder.mkdir(parents=True)
-    names = ["coffee.png", "chelsea.png", "astronaut.png", "rocket.jpg"]
-    for i in range(n):
-        shutil.copy(SKIMAGE_DATA / names[i % len(names)], folder / f"p{i:02d}{Path(names[i % 4]).suffix}")
-    return folder
 
 
 def _manifest(out: Path) -> dict:
     return json.loads((out / "manifest.json").read_text())
 
 
-def _progress(out: Path) -> int:
-    try:
-        return int(json.loads((out / ".hookdump-partial" / "progress.json").read_text())["images"])
-    except (OSError, ValueError, KeyError):
-        return 0
-
-
-def _kill_when(run, out: Path, images: int, sig: int = signal.SIGKILL) -> None:
-    _wait_for(".hookdump-partial/progress.json", out, run)
-    while _progress(out) < images:  # polled, not spun: the capture needs the cores
-        assert run.poll() is None, run.communicate()
-        time.sleep(0.02)
-    run.send_signal(sig)
-    run.communicate(timeout=60)
-
-
 def test_resume_after_kill_9_at_several_points_gives_the_same_bytes(
     cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("HOOKDUMP_TEST_SLEEP", "0")  # in this process nothing is stopped; _start's runs sleep
-    photos = _photos(tmp_path / "photos", 24)
+    monkeypatch.setenv("HOOKDUMP_TEST_SLEEP", "0")  # in this process nothing is stopped; start_run's sleep
+    photos = mixed_photos(tmp_path / "photos", 24)
     whole = tmp_path / "whole"
-    args = (*SLOW, photos, "--format", "npy,pt,safetensors")
+    args = (*SLOW_BY_3, photos, "--format", "npy,pt,safetensors")
     assert cli("capture", *args, "-o", whole).exit_code == 0
     out = tmp_path / "out"
     for images in (3, 12):  # killed after the first batch, then again half-way through
-        run = _start(["capture", *map(str, args), "-o", str(out), *(["--resume"] if images > 3 else [])])
-        _kill_when(run, out, images)
+        run = start_run(["capture", *map(str, args), "-o", str(out), *(["--resume"] if images > 3 else [])])
+        kill_when(run, out, images)
         assert run.returncode == -signal.SIGKILL
         assert not (out / "manifest.json").exists()  # nothing presents itself as complete
         refused = cli("capture", *args, "-o", out)
@@ -79,9 +53,9 @@ def test_resume_after_kill_9_at_several_points_gives_the_same_bytes(
 
 
 def test_sigterm_leaves_a_folder_that_says_how_far_it_got(cli, tmp_path: Path) -> None:
-    photos, out = _photos(tmp_path / "photos", 24), tmp_path / "out"
-    run = _start(["capture", *SLOW, str(photos), "-o", str(out)])
-    _kill_when(run, out, 6, signal.SIGTERM)
+    photos, out = mixed_photos(tmp_path / "photos", 24), tmp_path / "out"
+    run = start_run(["capture", *SLOW_BY_3, str(photos), "-o", str(out)])
+    kill_when(run, out, 6, signal.SIGTERM)
     assert run.returncode == 143
     manifest = _manifest(out)
     assert manifest["complete"] is False and manifest["progress"]["images_total"] == 24
@@ -98,21 +72,21 @@ def test_sigterm_stops_the_decoding_workers_before_exit_leaving_no_temp_folder(
     cli, tmp_path: Path, short_tmp: Path
 ) -> None:
     """A worker that multiprocessing kills at exit skips its own clean-up and leaves /tmp/pymp-* behind."""
-    photos, out, tmp = _photos(tmp_path / "photos", 24), tmp_path / "out", short_tmp
-    run = _start(["capture", *SLOW, str(photos), "-o", str(out), "--workers", "1"], TMPDIR=str(tmp))
-    _kill_when(run, out, 6, signal.SIGTERM)
+    photos, out, tmp = mixed_photos(tmp_path / "photos", 24), tmp_path / "out", short_tmp
+    run = start_run(["capture", *SLOW_BY_3, str(photos), "-o", str(out), "--workers", "1"], TMPDIR=str(tmp))
+    kill_when(run, out, 6, signal.SIGTERM)
     assert run.returncode == 143
     assert sorted(p.name for p in tmp.iterdir()) == []
 
 
 def test_a_resume_with_other_options_or_inputs_is_refused_naming_the_difference(cli, tmp_path: Path) -> None:
-    photos, out = _photos(tmp_path / "photos", 24), tmp_path / "out"
-    run = _start(["capture", *SLOW, str(photos), "-o", str(out)])
-    _kill_when(run, out, 3)
-    other = cli("capture", *SLOW, photos, "-o", out, "--resume", "--batch-size", "2")
+    photos, out = mixed_photos(tmp_path / "photos", 24), tmp_path / "out"
+    run = start_run(["capture", *SLOW_BY_3, str(photos), "-o", str(out)])
+    kill_when(run, out, 3)
+    other = cli("capture", *SLOW_BY_3, photos, "-o", out, "--resume", "--batch-size", "2")
     assert other.exit_code == 2 and "batch_size: 3 then, 2 now" in other.stderr
     shutil.copy(SKIMAGE_DATA / "coffee.png", photos / "p00a.png")
-    more = cli("capture", *SLOW, photos, "-o", out, "--resume")
+    more = cli("capture", *SLOW_BY_3, photos, "-o", out, "--resume")
     assert more.exit_code == 2 and "capture of other inputs (row 1:" in more.stderr
     nothing = cli("capture", *MODEL, "-l", "conv1", "--random-input", "-o", tmp_path / "new", "--resume")
     assert nothing.exit_code == 2 and "Nothing to resume" in nothing.stderr
@@ -262,7 +236,7 @@ def test_skip_bad_records_unreadable_images_and_goes_on(cli, tmp_path: Path, pho
 
 
 def test_decoding_workers_keep_the_input_order_and_the_bytes(cli, tmp_path: Path) -> None:
-    photos = _photos(tmp_path / "photos", 10)
+    photos = mixed_photos(tmp_path / "photos", 10)
     for workers in ("0", "2"):
         out = tmp_path / workers
         result = cli(
@@ -292,13 +266,13 @@ def test_progress_is_a_plain_line_off_a_terminal_and_nothing_when_quiet(
 def test_a_resumed_gradient_capture_keeps_every_images_class(
     cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("HOOKDUMP_TEST_SLEEP", "0")  # in this process nothing is stopped; _start's runs sleep
-    photos = _photos(tmp_path / "photos", 12)
-    args = (*SLOW, photos, "--grad")
+    monkeypatch.setenv("HOOKDUMP_TEST_SLEEP", "0")  # in this process nothing is stopped; start_run's sleep
+    photos = mixed_photos(tmp_path / "photos", 12)
+    args = (*SLOW_BY_3, photos, "--grad")
     assert cli("capture", *args, "-o", tmp_path / "whole").exit_code == 0
     out = tmp_path / "out"
-    run = _start(["capture", *map(str, args), "-o", str(out)])
-    _kill_when(run, out, 6)
+    run = start_run(["capture", *map(str, args), "-o", str(out)])
+    kill_when(run, out, 6)
     done = cli("capture", *args, "-o", out, "--resume")
     assert done.exit_code == 0, done.stderr
     whole = _manifest(tmp_path / "whole")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import timm
 import torch
+from common import PLUGINS
 from helpers import odd_model, seeded
 from safetensors.torch import load_file, save_file
 
@@ -17,7 +18,6 @@ from hookdump import api
 from hookdump.errors import InputError, LayerError, UsageError
 from hookdump.inputs.spec import InputSpec
 
-PLUGINS = Path(__file__).parent / "plugins"
 ODD = ("--import", str(PLUGINS / "odd_plugin.py"), "-m", "odd_net", "--input-size", "3,8,8", "--random-input")
 
 

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from common import CHECKOUT
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.sh"
+SCRIPT = CHECKOUT / "scripts" / "gpu_check.sh"
 
 
 def test_gpu_check_runs_on_cpu_and_skips_the_cuda_parts(tmp_path: Path) -> None:

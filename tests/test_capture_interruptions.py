@@ -15,10 +15,9 @@ from pathlib import Path
 
 import forkrun
 import pytest
-from conftest import SKIMAGE_DATA, WAIT_S, free_port, inputs_of
+from common import SKIMAGE_DATA, WAIT_S, free_port, inputs_of
 from helpers import in_session
-from test_capture_dataset import _photos, _progress
-from test_capture_runs import PLUGIN
+from slow_runs import PLUGIN, images_done, mixed_photos
 
 EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 SLOW = ("--import", str(PLUGIN), "-m", "slow_net", "-l", "conv", "-l", "act", "--batch-size", "2")
@@ -78,7 +77,7 @@ def whole(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """24 photos and their uninterrupted capture (no sleep: nothing stops it), made once for the module:
     the tests only read both."""
     root = tmp_path_factory.mktemp("whole")
-    photos, out = _photos(root / "photos", 24), root / "whole"
+    photos, out = mixed_photos(root / "photos", 24), root / "whole"
     done = _run("capture", *SLOW, photos, *FORMATS, "-o", out, env={"HOOKDUMP_TEST_SLEEP": "0"})
     assert done.returncode == 0, done.stderr
     return photos, out
@@ -89,7 +88,7 @@ def test_kill_9_then_resume_at_once_with_decoding_workers(tmp_path: Path, whole:
     photos, reference = whole
     out = tmp_path / "out"
     run = _start("capture", *SLOW, photos, *FORMATS, "-o", out)  # default --workers: more than one batch
-    _wait_until(lambda: _progress(out) >= 4, "reached 4 images", run)
+    _wait_until(lambda: images_done(out) >= 4, "reached 4 images", run)
     workers = _children(run.pid)
     assert workers, "no decoding worker to outlive its parent"
     os.kill(run.pid, signal.SIGKILL)  # the main process only, as the OOM killer does
@@ -133,7 +132,7 @@ def test_a_signal_to_the_process_group_stops_the_run_and_keeps_its_progress(
     photos, reference = whole
     out = tmp_path / "out"
     run = _start("capture", *SLOW, photos, *FORMATS, "-o", out, "--workers", "3")
-    _wait_until(lambda: _progress(out) >= 4, "reached 4 images", run)
+    _wait_until(lambda: images_done(out) >= 4, "reached 4 images", run)
     os.killpg(run.pid, sig)
     _, err = run.communicate(timeout=120)
     assert run.returncode == code, err
@@ -169,7 +168,7 @@ def test_sigterm_to_torchrun_keeps_each_ranks_progress_and_resume_finishes_it(
     command = _torchrun("capture", *SLOW, photos, *FORMATS, "-o", out, *workers)
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     ranks = [out / ".hookdump-ranks" / f"rank-{r}" for r in (0, 1)]
-    _wait_until(lambda: min(_progress(r) for r in ranks) >= 2, "both ranks checkpointed", run)
+    _wait_until(lambda: min(images_done(r) for r in ranks) >= 2, "both ranks checkpointed", run)
     run.send_signal(signal.SIGTERM)
     _, err = run.communicate(timeout=300)
     assert run.returncode != 0
@@ -192,7 +191,7 @@ def bad_inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[tuple[str | Pa
     """Eight photos and two bad files, one in each half; the capture arguments, and the folder ``one`` they
     were run into once (for the module: the tests only read both)."""
     tmp_path = tmp_path_factory.mktemp("bad_inputs")
-    photos = _photos(tmp_path / "photos", 8)
+    photos = mixed_photos(tmp_path / "photos", 8)
     (photos / "p01b.png").write_text("not a picture")  # refused when the inputs are collected: shard 0's
     rocket = (SKIMAGE_DATA / "rocket.jpg").read_bytes()
     (photos / "p05b.jpg").write_bytes(rocket[: len(rocket) // 3])  # fails when decoded: shard 1's
@@ -243,7 +242,7 @@ def test_skip_bad_under_torchrun_lists_each_bad_input_once(
 def test_torchrun_with_fewer_batches_than_ranks_idles_the_others_and_refuses_a_shard(
     tmp_path: Path, short_tmp: Path
 ) -> None:
-    photos, env = _photos(tmp_path / "photos", 3), _launcher_env(short_tmp)
+    photos, env = mixed_photos(tmp_path / "photos", 3), _launcher_env(short_tmp)
     args = ("capture", "-m", "test_resnet", "-l", "conv1", "--batch-size", "4", photos, *FORMATS)
     assert _run(*args, "-o", tmp_path / "one").returncode == 0
     ranks = subprocess.run(_torchrun(*args, "-o", tmp_path / "ranks"), capture_output=True, text=True,
@@ -262,7 +261,7 @@ def test_an_interrupted_shard_resumes(tmp_path: Path, whole: tuple[Path, Path]) 
     assert _run(*args, "-o", tmp_path / "shard", env={"HOOKDUMP_TEST_SLEEP": "0"}).returncode == 0
     out = tmp_path / "out"
     run = _start(*args, "-o", out)
-    _wait_until(lambda: _progress(out) >= 2, "reached 2 images", run)
+    _wait_until(lambda: images_done(out) >= 2, "reached 2 images", run)
     os.killpg(run.pid, signal.SIGTERM)
     assert run.wait(timeout=120) == 143
     done = _run(*args, "-o", out, "--resume")
@@ -278,7 +277,7 @@ def test_one_process_refuses_or_overwrites_what_an_interrupted_torchrun_left(
     out = tmp_path / "out"
     rank = out / ".hookdump-ranks" / "rank-0"
     run = _start("capture", *SLOW, photos, *FORMATS, "-o", rank, "--shard", "0/2")
-    _wait_until(lambda: _progress(rank) >= 2, "reached 2 images", run)
+    _wait_until(lambda: images_done(rank) >= 2, "reached 2 images", run)
     os.killpg(run.pid, signal.SIGTERM)
     assert run.wait(timeout=120) == 143
     plain = _run("capture", *SLOW, photos, *FORMATS, "-o", out)
@@ -293,7 +292,7 @@ def test_sigterm_to_torchrun_while_a_finished_rank_waits_for_the_others(
     tmp_path: Path, short_tmp: Path
 ) -> None:
     """Three batches on two ranks: rank 0 is done after one and waits; it says its shard is kept."""
-    photos = _photos(tmp_path / "photos", 3)
+    photos = mixed_photos(tmp_path / "photos", 3)
     args = ("capture", "--import", PLUGIN, "-m", "slow_net", "-l", "conv", "--batch-size", "1", photos)
     assert _run(*args, "-o", tmp_path / "one", env={"HOOKDUMP_TEST_SLEEP": "0"}).returncode == 0
     out, env = tmp_path / "out", _launcher_env(short_tmp) | {"HOOKDUMP_TEST_SLEEP": "3"}
@@ -318,7 +317,7 @@ def test_a_capture_killed_before_its_first_batch_never_blocks_the_next(tmp_path:
     """Killed with the scratch folder empty (``opened``: while the model loads) or holding only the run's
     record (``started``): a plain rerun starts, ``--resume`` starts from the first input and says so (its
     dry run too, writing nothing); both end with the bytes of an uninterrupted capture."""
-    photos = _photos(tmp_path / "photos", 4)
+    photos = mixed_photos(tmp_path / "photos", 4)
     args = ("capture", "-m", "test_resnet", "--input-size", "3,32,32", "-l", "layer1", "--batch-size", "2",
             photos, "--workers", "0")  # fmt: skip
     assert _run(*args, "-o", tmp_path / "whole").returncode == 0

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torchlens
 import torchvision
-from conftest import SKIMAGE_DATA
+from common import SKIMAGE_DATA
 from helpers import photo_batch, seeded
 from PIL import Image
 from safetensors.torch import save_file

@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 import timm
 import torch
-from conftest import SKIMAGE_DATA, free_port
+from common import SKIMAGE_DATA, free_port, paragraph
 from helpers import photo_batch, seeded
-from test_cli_messages import paragraph
 
 import hookdump
 

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SKIMAGE_DATA, free_port, inputs_of
-from test_capture_dataset import _photos
+from common import SKIMAGE_DATA, free_port, inputs_of
+from slow_runs import mixed_photos
 
 ARGS = (
     "-m",
@@ -37,7 +37,7 @@ def _same_files(a: Path, b: Path) -> None:
 
 @pytest.fixture
 def single(cli, tmp_path: Path) -> tuple[Path, Path]:
-    photos, out = _photos(tmp_path / "photos", 10), tmp_path / "single"
+    photos, out = mixed_photos(tmp_path / "photos", 10), tmp_path / "single"
     assert cli("capture", *ARGS, photos, "-o", out).exit_code == 0
     return photos, out
 
@@ -96,7 +96,7 @@ def test_two_cpu_ranks_under_torchrun_equal_one_process(
 
 
 def test_a_failing_rank_fails_the_run_with_its_message(tmp_path: Path, short_tmp: Path) -> None:
-    photos = _photos(tmp_path / "photos", 6)
+    photos = mixed_photos(tmp_path / "photos", 6)
     (photos / "p05.png").unlink()
     whole = (SKIMAGE_DATA / "rocket.jpg").read_bytes()
     (photos / "p05.jpg").write_bytes(whole[: len(whole) // 3])  # a header that reads, pixels that do not

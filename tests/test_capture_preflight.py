@@ -19,11 +19,10 @@ import pytest
 import timm
 import torch
 import transformers
-from conftest import SKIMAGE_DATA
-from helpers import fill_hub_cache, hub_unreachable
+from common import SKIMAGE_DATA
+from helpers import fill_hub_cache, hub_unreachable, seeded_net
 from PIL import Image
 from safetensors.torch import save_file
-from test_model_sources import _net
 from torchvision import transforms as T
 
 from hookdump import api
@@ -182,7 +181,7 @@ def test_inputs_of_several_sizes_in_one_batch_are_refused_naming_each_size(
     """Not torch.stack's RuntimeError: which input had which size and the fix, the same from the dry run
     (``api.plan``), which runs the transform as the run does, and from the run; nothing written."""
     a, b, c = (f"`{p}`" for p in mixed)
-    kw = {"model": _net(), "transform": LOOSE, "out": tmp_path / "o", "batch_size": 3, "workers": 0}
+    kw = {"model": seeded_net(), "transform": LOOSE, "out": tmp_path / "o", "batch_size": 3, "workers": 0}
     dry = _both(lambda: api.plan(["head"], images=[str(mixed[0].parent)], **kw))
     run = _both(lambda: api.capture([str(mixed[0].parent)], ["head"], **kw))
     assert isinstance(run, InputError) and run.exit_code == 4
@@ -197,7 +196,7 @@ def test_one_image_a_batch_takes_several_sizes_where_each_tensor_keeps_one_shape
 ) -> None:
     """``head`` follows a global pool: (5,) whatever the size. Its rows equal the module run by hand on each
     photo as the transform made it; the note, in the plan and the run, names the sizes."""
-    net = _net()
+    net = seeded_net()
     done = api.capture([str(p) for p in mixed], ["head"], model=net, transform=LOOSE, out=tmp_path / "o",
                        batch_size=1, workers=0)  # fmt: skip
     alone = copy.deepcopy(net).eval()
@@ -217,7 +216,7 @@ def test_one_image_a_batch_refuses_a_tensor_that_follows_the_size_naming_the_inp
 ) -> None:
     """``stem``'s map is as large as the image: the second photo's would not fit the first's file. Said as
     the input's error (its size against the first's), not a layer's; nothing written."""
-    kw = {"model": _net(), "transform": LOOSE, "out": tmp_path / "o", "batch_size": 1, "workers": 0}
+    kw = {"model": seeded_net(), "transform": LOOSE, "out": tmp_path / "o", "batch_size": 1, "workers": 0}
     refused = _both(lambda: api.capture([str(p) for p in mixed], ["stem"], **kw))
     assert isinstance(refused, InputError) and refused.exit_code == 4
     assert refused.message == (
@@ -251,7 +250,7 @@ def test_one_image_a_batch_of_a_size_the_model_cannot_take_blames_the_input(
 
 def test_an_input_size_the_transform_does_not_make_is_refused(tmp_path: Path, mixed: list[Path]) -> None:
     images = api.InputSpec(paths=(str(mixed[0]),), input_size=(3, 64, 64))
-    kw = {"model": _net(), "images": images, "transform": LOOSE, "out": tmp_path / "o"}
+    kw = {"model": seeded_net(), "images": images, "transform": LOOSE, "out": tmp_path / "o"}
     refused = _both(lambda: api.plan(["head"], **kw))
     assert isinstance(refused, UsageError)
     assert refused.message == (

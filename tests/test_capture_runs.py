@@ -6,51 +6,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import signal
 import stat
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import timm
 import torch
-from conftest import SKIMAGE_DATA, WAIT_S
+from common import CHECKOUT
 from safetensors.torch import save_file
+from slow_runs import PLUGIN, SLOW_BY_1, coffee_photos, start_run, wait_for
 
 MODEL = ("-m", "test_resnet")
-PLUGIN = Path(__file__).parent / "plugins" / "behaviour_plugin.py"
-SLOW = ("--import", str(PLUGIN), "-m", "slow_net", "-l", "conv", "--batch-size", "1")
-
-
-def _photos(folder: Path, n: int) -> Path:
-    folder.mkdir(parents=True)
-    for i in range(n):
-        shutil.copy(SKIMAGE_DATA / "coffee.png", folder / f"p{i:02d}.png")
-    return folder
-
-
-def _start(args: list[str], **env: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "hookdump", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "HOOKDUMP_TEST_SLEEP": "0.5", **env},
-    )  # fmt: skip
-
-
-def _wait_for(pattern: str, folder: Path, proc: subprocess.Popen[str], timeout: float = WAIT_S) -> Path:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = sorted(folder.glob(pattern)) if folder.is_dir() else []
-        if found:
-            return found[0]
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError(f"{pattern} never appeared in {folder}")
 
 
 def _scratch(out: Path) -> list[Path]:
@@ -96,10 +65,10 @@ def test_the_seed_does_not_change_the_callers_random_state(tmp_path: Path) -> No
 
 
 def test_a_second_capture_into_a_running_ones_folder_is_refused(cli, tmp_path: Path) -> None:
-    photos, out = _photos(tmp_path / "photos", 40), tmp_path / "out"
-    first = _start(["capture", *SLOW, str(photos), "-o", str(out)])
-    _wait_for(".hookdump.lock", out, first)
-    _wait_for(".hookdump-partial/progress.json", out, first)
+    photos, out = coffee_photos(tmp_path / "photos", 40), tmp_path / "out"
+    first = start_run(["capture", *SLOW_BY_1, str(photos), "-o", str(out)])
+    wait_for(".hookdump.lock", out, first)
+    wait_for(".hookdump-partial/progress.json", out, first)
     second = cli("capture", *MODEL, "-l", "conv1", "--random-input", "-o", out, "--overwrite")
     assert second.exit_code == 2, second.stderr
     assert f"is being written by another hookdump capture (pid {first.pid}" in second.stderr
@@ -116,11 +85,11 @@ def test_a_second_capture_into_a_running_ones_folder_is_refused(cli, tmp_path: P
 
 
 def test_ctrl_c_exits_130_and_keeps_an_earlier_capture(cli, tmp_path: Path) -> None:
-    photos, out = _photos(tmp_path / "photos", 40), tmp_path / "out"
+    photos, out = coffee_photos(tmp_path / "photos", 40), tmp_path / "out"
     assert cli("capture", *MODEL, "-l", "conv1", "--random-input", "-o", out).exit_code == 0
     before = _visible(out)
-    run = _start(["capture", *SLOW, str(photos), "-o", str(out), "--overwrite"])
-    _wait_for(".hookdump-partial/progress.json", out, run)
+    run = start_run(["capture", *SLOW_BY_1, str(photos), "-o", str(out), "--overwrite"])
+    wait_for(".hookdump-partial/progress.json", out, run)
     run.send_signal(signal.SIGINT)
     _, err = run.communicate(timeout=60)
     assert run.returncode == 130, err
@@ -128,10 +97,10 @@ def test_ctrl_c_exits_130_and_keeps_an_earlier_capture(cli, tmp_path: Path) -> N
 
 
 def test_a_killed_runs_scratch_is_removed_by_the_next_run(cli, tmp_path: Path) -> None:
-    photos, out = _photos(tmp_path / "photos", 40), tmp_path / "out"
+    photos, out = coffee_photos(tmp_path / "photos", 40), tmp_path / "out"
     assert cli("capture", *MODEL, "-l", "conv1", "--random-input", "-o", out).exit_code == 0
-    killed = _start(["capture", *SLOW, str(photos), "-o", str(out), "--overwrite"])
-    _wait_for(".hookdump-partial/stream-0.npy", out, killed)
+    killed = start_run(["capture", *SLOW_BY_1, str(photos), "-o", str(out), "--overwrite"])
+    wait_for(".hookdump-partial/stream-0.npy", out, killed)
     killed.send_signal(signal.SIGKILL)
     killed.communicate(timeout=60)
     assert len(_scratch(out)) == 1 and (out / ".hookdump.lock").exists()  # what SIGKILL leaves
@@ -305,7 +274,7 @@ def test_the_manifest_says_how_to_make_the_same_files_again(cli, tmp_path: Path,
 @pytest.mark.parametrize("runs", [2])
 def test_the_demo_leaves_nothing_behind_and_runs_again(runs: int, tmp_path: Path) -> None:
     """scripts/demo.sh writes to a temporary folder: any number of runs, each shows the ModuleList refusal."""
-    script = Path(__file__).resolve().parent.parent / "scripts" / "demo.sh"
+    script = CHECKOUT / "scripts" / "demo.sh"
     if not (script.parent.parent / ".venv" / "bin" / "hookdump").exists():
         pytest.skip("the demo runs from the checkout's .venv")
     env = {**os.environ, "TMPDIR": str(tmp_path)}

@@ -17,14 +17,13 @@ import numpy as np
 import pytest
 import timm
 import typer
-from conftest import inputs_of
-from test_model_real_weights import IMAGENET_CATS, lite0_checkpoint  # noqa: F401  (a fixture)
+from common import CHECKOUT, PLUGINS, inputs_of
+from helpers import IMAGENET_CATS
 
 from hookdump.cli.app import app
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = CHECKOUT
 CONFIGS = ROOT / "configs"
-PLUGINS = Path(__file__).parent / "plugins"
 EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 
 
@@ -86,7 +85,7 @@ def test_preset_dataset_features_pooled_for_a_probe(cli, tmp_path: Path, photos:
     assert [Path(s["path"]).name for s in feats.manifest["skipped"]] == ["broken.png"]
 
 
-def test_preset_efficientnet_lite0_with_real_weights(cli, tmp_path: Path, lite0_checkpoint: Path) -> None:  # noqa: F811
+def test_preset_efficientnet_lite0_with_real_weights(cli, tmp_path: Path, lite0_checkpoint: Path) -> None:
     out = tmp_path / "o"
     result = cli(
         "capture",

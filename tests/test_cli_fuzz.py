@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import inputs_of
+from common import PLUGINS, inputs_of
 from hypothesis import HealthCheck, configuration, event, example, given, settings
 from hypothesis import strategies as st
 from typer.main import get_command
@@ -54,7 +54,6 @@ HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="hookdump-hypothesis-")
 atexit.register(shutil.rmtree, HYPOTHESIS_HOME, ignore_errors=True)
 configuration.set_hypothesis_home_dir(HYPOTHESIS_HOME)
 
-PLUGINS = Path(__file__).parent / "plugins"
 PACKAGE = str(Path(hookdump.__file__).parent)
 BAIT = (1, 7, 5, 5)  # the shape of the tensor file beside a capture, which no name may lead to
 DOCUMENTED = (0, 2, 3, 4)  # README "Exit codes": 1 is a bug; 130 / 143 need a signal

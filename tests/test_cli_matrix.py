@@ -27,28 +27,25 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import forkrun
 import numpy as np
 import pytest
 import timm
 import torch
-from conftest import PLUGINS, SKIMAGE_DATA, WAIT_S, inputs_of
+from cli_errors import EXE, TWINS_FOR_OLD_TIMM, RunsCode, png_of_zeros, run_unprivileged
+from common import PLUGINS, SKIMAGE_DATA, WAIT_S, inputs_of, paragraph
 from PIL import Image
 from safetensors.torch import save_file
-from test_cli_messages import TWINS_FOR_OLD_TIMM, _png_of_zeros, _RunsCode, paragraph, tiny_disk  # noqa: F401
 from typer.testing import CliRunner
 
 from hookdump.cli.app import app
 from hookdump.errors import HookdumpError
 
-EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 TINY = ("-m", "test_resnet", "--input-size", "3,32,32")
 KINDS = {2: "usage", 3: "layer", 4: "input", 130: "interrupted", 143: "interrupted"}
 FIX = re.compile(
@@ -58,7 +55,6 @@ FIX = re.compile(
 INTO = ("-o", "{c.out}", "--overwrite")  # into the copy of the earlier capture, replacing it only on success
 NEW = ("-o", "{c.new}")
 LONG = "stage" * 45  # a module name of 225 bytes
-CLI_ROOT = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
 
 
 # --- plugins written for the matrix ------------------------------------------------------------------------
@@ -830,7 +826,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     whole = (files / "full.jpg").read_bytes()
     (files / "truncated.jpg").write_bytes(whole[: len(whole) // 2])
     (files / "text.jpg").write_text("hello, I am not a JPEG\n")
-    _png_of_zeros(files / "bomb.png", 14_000)
+    png_of_zeros(files / "bomb.png", 14_000)
     (files / "loop_a.jpg").symlink_to(files / "loop_b.jpg")
     (files / "loop_b.jpg").symlink_to(files / "loop_a.jpg")
     (files / "list.txt").write_text(f"# inputs\n\n{chelsea}\n   \nmissing_in_list.png\n")
@@ -854,10 +850,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
         {**state, "fc.weight": torch.zeros(3, 96), "fc.bias": torch.zeros(3)},
         str(files / "shape.safetensors"),
     )
-    torch.save({"state_dict": state, "x": _RunsCode(files / "MARKER")}, files / "evil.pth")
+    torch.save({"state_dict": state, "x": RunsCode(files / "MARKER")}, files / "evil.pth")
     torch.save(timm.create_model("test_resnet"), files / "whole.pth")
     # tensors for show
-    torch.save({"x": _RunsCode(files / "MARKER-show")}, files / "evil.pt")
+    torch.save({"x": RunsCode(files / "MARKER-show")}, files / "evil.pt")
     torch.save(torch.nn.Linear(2, 2), files / "module.pt")
     torch.save({"a": torch.zeros(2)}, files / "dict.pt")
     np.save(files / "empty.npy", np.zeros((0, 3, 4, 4), np.float32))
@@ -922,20 +918,6 @@ def _state(*roots: Path) -> dict[str, str]:
     return found
 
 
-def _console(argv: list[str], cwd: Path) -> tuple[int, str, str]:
-    prefix: list[str] = []
-    if os.geteuid() == 0:  # root reads and writes anything: run without the capabilities that allow it
-        if shutil.which("setpriv") is None:
-            pytest.skip("running as root, and no setpriv to drop the right to read and write any file")
-        prefix = CLI_ROOT
-    assert EXE is not None
-    if prefix:
-        proc = subprocess.run([*prefix, EXE, *argv], capture_output=True, text=True, cwd=cwd, timeout=300)
-    else:
-        proc = forkrun.run(argv, cwd=cwd, timeout=300)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
 def _error_object(stdout: str, code: int, err: str) -> None:
     error = json.loads(stdout)
     assert set(error) == {"error", "kind", "exit_code", "hint", "schema_version"}, error
@@ -955,7 +937,7 @@ def test_matrix(row: Row, files: Path, tmp_path: Path, request: pytest.FixtureRe
     runs: list[tuple[list[str], tuple[int, str, str]]] = []
     if row.console:
         args = argv if row.plain else with_json
-        runs.append((args, _console(args, c.tmp)))
+        runs.append((args, run_unprivileged(args, c.tmp)))
     else:
         for args in (argv, with_json):
             result = _invoke(*args)

@@ -7,11 +7,7 @@ import argparse
 import json
 import os
 import shutil
-import struct
 import subprocess
-import sys
-import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import forkrun
@@ -19,14 +15,13 @@ import numpy as np
 import pytest
 import timm
 import torch
+from cli_errors import EXE, TINY, TWINS_FOR_OLD_TIMM, RunsCode, png_of_zeros
+from common import paragraph
 from helpers import hand_hooks, photo_batch
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 from hookdump.cli.app import app
-
-EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
-TINY = ("-m", "test_resnet", "--input-size", "3,32,32", "-l", "layer1")
 
 
 def refused(result: object, code: int, *words: str) -> str:
@@ -34,17 +29,6 @@ def refused(result: object, code: int, *words: str) -> str:
     err: str = result.stderr  # type: ignore[attr-defined]
     assert result.exit_code == code, err  # type: ignore[attr-defined]
     return paragraph(err, *words)
-
-
-def paragraph(err: str, *words: str) -> str:
-    assert "Traceback" not in err and "failed unexpectedly" not in err, err
-    assert err.count("error: ") == 1, err
-    before, _, text = err.partition("error: ")
-    assert all(line.startswith("note: ") for line in before.splitlines()), err  # notes only, before it
-    assert "\n\n" not in text.strip() and "Usage:" not in text and "╭" not in text, err
-    for word in words:
-        assert word in text, f"{word!r} not in:\n{err}"
-    return text
 
 
 def capture(cli, *args: object) -> object:
@@ -188,24 +172,9 @@ def test_invalid_config_files(cli, tmp_path: Path, text: str, code: int, words: 
 # --- images ----------------------------------------------------------------------------------------------
 
 
-def _png_of_zeros(path: Path, side: int) -> Path:
-    """A real 1-bit PNG of side x side black pixels: a few KB on disk, `side**2` pixels when decoded."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    packer, row = zlib.compressobj(9), b"\0" * (1 + (side + 7) // 8)
-    data = b"".join(packer.compress(row) for _ in range(side)) + packer.flush()
-    header = struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0)
-    path.write_bytes(
-        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
-    )
-    return path
-
-
 @pytest.mark.parametrize("side", [10_000, 14_000])  # between Pillow's two limits, and over both
 def test_decompression_bomb_names_the_file(cli, tmp_path: Path, side: int) -> None:
-    bomb = _png_of_zeros(tmp_path / "huge.png", side)
+    bomb = png_of_zeros(tmp_path / "huge.png", side)
     out = tmp_path / "o"
     text = refused(
         capture(cli, bomb, "-o", out), 4, f"`{bomb}` has {side * side:,} pixels", "decompression", "downscale"
@@ -295,20 +264,10 @@ def test_checkpoint_with_training_metadata_loads(cli, tmp_path: Path, chelsea: P
     np.testing.assert_allclose(np.load(out / "layer1.npy"), expected.numpy(), rtol=1e-5, atol=1e-6)
 
 
-class _RunsCode:
-    """Unpickling this would create a marker file."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (os.system, (f"touch {self.marker}",))
-
-
 def test_pickle_that_would_run_code_is_refused(cli, tmp_path: Path) -> None:
     marker = tmp_path / "MARKER"
     path = tmp_path / "evil.pth"
-    torch.save({"state_dict": timm.create_model("test_resnet").state_dict(), "x": _RunsCode(marker)}, path)
+    torch.save({"state_dict": timm.create_model("test_resnet").state_dict(), "x": RunsCode(marker)}, path)
     text = refused(capture(cli, "--random-input", "--checkpoint", path, "-o", tmp_path / "o"), 4, f"`{path}`")
     assert "GLOBAL" in text and "system" in text and "weights_only" in text
     assert not marker.exists() and not (tmp_path / "o").exists()
@@ -378,21 +337,6 @@ def test_module_name_with_a_slash(cli, tmp_path: Path) -> None:
     assert kept.exit_code == 0, kept.stderr
 
 
-TWINS_FOR_OLD_TIMM = """
-from timm.models.registry import register_model  # timm 0.x's import path: timm warns, hookdump does not
-from torch import nn
-
-class ALTGVT(nn.Module):
-    def __init__(self, depths=(2, 2), num_classes=1000):
-        super().__init__()
-        self.head = nn.Linear(8, num_classes)
-
-@register_model
-def alt_gvt_small(pretrained=False, **kwargs):  # as the Twins repository's gvt.py: kwargs go to the class
-    return ALTGVT(depths=(2, 2, 10, 4), **kwargs)
-"""
-
-
 def test_twins_plugin_for_old_timm_says_the_alias_needs_no_plugin(tmp_path: Path) -> None:
     """In a subprocess: the plugin registers `alt_gvt_small` over hookdump's alias for that process only."""
     (tmp_path / "gvt.py").write_text(TWINS_FOR_OLD_TIMM)
@@ -428,25 +372,6 @@ def test_model_arg_the_model_does_not_take(cli, tmp_path: Path) -> None:
 
 
 # --- a full disk -----------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    """A real 64 KB file system (tmpfs); skipped where mounting is not allowed (not root, a container)."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield where
-    finally:
-        unmounted = subprocess.run(["umount", str(where)], capture_output=True)
-        if unmounted.returncode != 0:  # busy: hookdump left a file open on it
-            subprocess.run(["umount", "--lazy", str(where)], check=False)
-            pytest.fail(f"cannot unmount the small disk: {unmounted.stderr.decode().strip()}")
 
 
 def test_disk_full_leaves_nothing_behind(cli, tiny_disk: Path) -> None:

@@ -18,9 +18,8 @@ import timm
 import torch
 import torchvision
 import transformers
-from conftest import SKIMAGE_DATA
-from test_cli_messages import paragraph
-from test_model_sources import torchvision_input
+from common import SKIMAGE_DATA, paragraph
+from helpers import torchvision_input
 
 
 def hd(tmp_path: Path, *args: object) -> subprocess.CompletedProcess[str]:

@@ -14,9 +14,9 @@ from pathlib import Path
 import forkrun
 import numpy as np
 import pytest
-from conftest import inputs_of
+from cli_errors import EXE, TINY
+from common import README, inputs_of, paragraph, readme_commands
 from helpers import hub_unreachable
-from test_cli_messages import EXE, TINY, paragraph
 
 
 def closed(tmp_path: Path, args: tuple[object, ...], redirect: str) -> subprocess.CompletedProcess[str]:
@@ -365,19 +365,18 @@ def test_photos_inside_out_left_out_of_the_walk_get_a_note(tmp_path: Path, photo
 def test_advice_after_an_interrupted_overwrite_run_works(tmp_path: Path) -> None:
     import signal
 
-    from test_capture_dataset import SLOW, _photos, _progress
-    from test_capture_runs import _wait_for
+    from slow_runs import SLOW_BY_3, images_done, mixed_photos, wait_for
 
-    photos, out = _photos(tmp_path / "photos", 12), tmp_path / "out"
-    args = ["capture", *SLOW, str(photos), "-o", str(out)]
+    photos, out = mixed_photos(tmp_path / "photos", 12), tmp_path / "out"
+    args = ["capture", *SLOW_BY_3, str(photos), "-o", str(out)]
     assert run(tmp_path, *args).returncode == 0  # a finished capture, then a run that replaces it
     again = [*args, "--overwrite"]
     started = subprocess.Popen(
         [EXE, *again], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
         env={**os.environ, "HOOKDUMP_TEST_SLEEP": "0.5"},
     )  # fmt: skip
-    _wait_for(".hookdump-partial/progress.json", out, started)
-    while _progress(out) < 3:  # polled, not spun: the capture needs the cores
+    wait_for(".hookdump-partial/progress.json", out, started)
+    while images_done(out) < 3:  # polled, not spun: the capture needs the cores
         assert started.poll() is None, started.communicate()
         time.sleep(0.02)
     started.send_signal(signal.SIGTERM)
@@ -420,7 +419,6 @@ def test_reduce_leaves_prefix_tokens_out_as_timm_pools(tmp_path: Path, chelsea: 
 
 # --- 18: the README's examples (and each docs/ page's), pasted in order into one folder -------------------
 
-README = Path(__file__).parent.parent / "README.md"
 PAGES = [README, *sorted((README.parent / "docs").glob("*.md"))]  # each page's examples are pasted alone
 # folders each page's examples are known to write: the commands are still found there
 WRITES = {
@@ -431,28 +429,6 @@ WRITES = {
     "stats.md": {"stats-demo"},
     "scripts-and-ci.md": {"resnet", "resnet2"},
 }
-
-
-def readme_commands(page: Path = README) -> list[tuple[str, list[str]]]:
-    """Every command a page (the README by default) shows (bash blocks, and `$ ` lines of transcripts), in
-    order, each with the comment lines right after it (what it prints)."""
-    import re
-
-    found: list[tuple[str, list[str]]] = []
-    for lang, body in re.findall(r"```(\w*)\n(.*?)```", page.read_text(), re.S):
-        if lang not in ("bash", "text"):
-            continue
-        for line in body.splitlines():
-            text = line.removeprefix("$ ") if lang == "text" else line
-            if lang == "text" and not line.startswith("$ "):
-                if found and found[-1][1] is not None:
-                    found[-1][1].append(line)
-                continue
-            if text.startswith("#") and found:
-                found[-1][1].append(text)
-            elif text.strip() and not text.startswith("#"):
-                found.append((text.split("  #")[0].strip(), []))
-    return found
 
 
 def _written_folder(command: str) -> str | None:

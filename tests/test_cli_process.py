@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SKIMAGE_DATA
+from common import SKIMAGE_DATA
 from PIL import Image
 from safetensors.torch import save_file
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import inputs_of
+from common import inputs_of
 from PIL import Image
 
 from hookdump.errors import EXIT_INPUT, InputError

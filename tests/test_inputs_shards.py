@@ -11,20 +11,10 @@ import shutil
 import tarfile
 from pathlib import Path
 
-import forkrun
 import numpy as np
 import pytest
-from conftest import SKIMAGE_DATA, inputs_of
-from test_cli_messages import paragraph
-
-PHOTOS = ["chelsea.png", "astronaut.png", "coffee.png", "rocket.jpg", "coins.png", "camera.png"]
-MODEL = ("-m", "test_resnet", "-l", "layer1", "--seed", "2")
-
-
-def hd(
-    cwd: Path, *args: object, env: dict[str, str] | None = None
-) -> forkrun.subprocess.CompletedProcess[str]:
-    return forkrun.run(args, cwd=cwd, env=env)
+from common import SKIMAGE_DATA, inputs_of, paragraph
+from dataset_inputs import MODEL, PHOTOS, hd
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:

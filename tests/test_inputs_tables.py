@@ -16,9 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import SKIMAGE_DATA, inputs_of
-from test_cli_messages import paragraph
-from test_inputs_shards import MODEL, PHOTOS, hd
+from common import SKIMAGE_DATA, inputs_of, paragraph
+from dataset_inputs import MODEL, PHOTOS, hd
 
 import hookdump
 

@@ -9,22 +9,10 @@ from pathlib import Path
 import numpy as np
 import timm
 import torch
-from helpers import seeded
+from helpers import q_k, seeded, softmax
 
 VIT = "vit_tiny_patch16_224"
 SWIN = "swin_tiny_patch4_window7_224"
-
-
-def _softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def _q_k(qkv: np.ndarray, heads: int) -> tuple[np.ndarray, np.ndarray]:
-    """timm's split of a qkv projection (B, N, 3*C) into q, k of (B, heads, N, head_dim)."""
-    b, n, _ = qkv.shape
-    parts = qkv.reshape(b, n, 3, heads, -1).transpose(2, 0, 3, 1, 4)
-    return parts[0].astype(np.float64), parts[1].astype(np.float64)
 
 
 def test_vit_attention_is_softmax_of_q_k(cli, tmp_path: Path, chelsea: Path) -> None:
@@ -47,8 +35,8 @@ def test_vit_attention_is_softmax_of_q_k(cli, tmp_path: Path, chelsea: Path) -> 
     heads = timm.create_model(VIT).blocks[3].attn.num_heads
     weights = np.load(out / "blocks.3.attn.attn.npy")
     assert weights.shape == (1, heads, 197, 197)
-    q, k = _q_k(np.load(out / "blocks.3.attn.qkv.npy"), heads)
-    by_hand = _softmax(q @ k.transpose(0, 1, 3, 2) * q.shape[-1] ** -0.5)
+    q, k = q_k(np.load(out / "blocks.3.attn.qkv.npy"), heads)
+    by_hand = softmax(q @ k.transpose(0, 1, 3, 2) * q.shape[-1] ** -0.5)
     np.testing.assert_allclose(weights, by_hand, atol=2e-6)
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
     entry = next(t for t in json.loads((out / "manifest.json").read_text())["tensors"] if t["kind"] == "attn")
@@ -65,10 +53,10 @@ def test_swin_window_attention_is_softmax_of_q_k_plus_bias(cli, tmp_path: Path, 
     windows = (224 // 4 // 7) ** 2
     weights = np.load(out / "layers.0.blocks.0.attn.attn.npy")
     assert weights.shape == (windows, attn.num_heads, 49, 49)  # (N * windows, heads, w*w, w*w)
-    q, k = _q_k(np.load(out / "layers.0.blocks.0.attn.qkv.npy"), attn.num_heads)
+    q, k = q_k(np.load(out / "layers.0.blocks.0.attn.qkv.npy"), attn.num_heads)
     with torch.no_grad():
         bias = attn._get_rel_pos_bias().double().numpy()  # the seeded model's own, built apart
-    by_hand = _softmax(q * attn.scale @ k.transpose(0, 1, 3, 2) + bias)
+    by_hand = softmax(q * attn.scale @ k.transpose(0, 1, 3, 2) + bias)
     np.testing.assert_allclose(weights, by_hand, atol=2e-6)
 
 

@@ -8,8 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from helpers import seeded
-from test_model_attention import _q_k, _softmax
+from helpers import q_k, seeded, softmax
 
 
 def test_davit_window_attention_is_captured_from_its_softmax(cli, tmp_path: Path, chelsea: Path) -> None:
@@ -23,8 +22,8 @@ def test_davit_window_attention_is_captured_from_its_softmax(cli, tmp_path: Path
     assert result.exit_code == 0, result.stderr
     weights = np.load(out / f"{layer}.attn.npy")
     assert weights.shape == (64, attn.num_heads, 49, 49)  # (N * windows, heads, w*w, w*w)
-    q, k = _q_k(np.load(out / f"{layer}.qkv.npy"), attn.num_heads)
-    by_hand = _softmax(q * attn.scale @ k.transpose(0, 1, 3, 2))
+    q, k = q_k(np.load(out / f"{layer}.qkv.npy"), attn.num_heads)
+    by_hand = softmax(q * attn.scale @ k.transpose(0, 1, 3, 2))
     np.testing.assert_allclose(weights, by_hand, atol=1e-6)
     listed = cli("list-modules", "davit_tiny", "--filter", f"{layer}.softmax")
     assert "fused attention: never called" in listed.stdout  # without --attention it never runs, said so
@@ -40,13 +39,13 @@ def test_cait_talking_heads_weights_are_the_mixed_ones_and_said_so(
     result = cli("capture", "-m", "cait_xxs24_224", *args, chelsea, "-o", out, "--attention")
     assert result.exit_code == 0, result.stderr
     weights = np.load(out / "blocks.0.attn.attn.npy")
-    q, k = _q_k(np.load(out / "blocks.0.attn.qkv.npy"), attn.num_heads)
+    q, k = q_k(np.load(out / "blocks.0.attn.qkv.npy"), attn.num_heads)
 
     def mix(x: np.ndarray, linear) -> np.ndarray:  # a Linear over the heads axis
         w, b = (p.detach().double().numpy() for p in (linear.weight, linear.bias))
         return (x.transpose(0, 2, 3, 1) @ w.T + b).transpose(0, 3, 1, 2)
 
-    by_hand = mix(_softmax(mix(q * attn.scale @ k.transpose(0, 1, 3, 2), attn.proj_l)), attn.proj_w)
+    by_hand = mix(softmax(mix(q * attn.scale @ k.transpose(0, 1, 3, 2), attn.proj_l)), attn.proj_w)
     np.testing.assert_allclose(weights, by_hand, atol=1e-6)
     assert np.abs(weights.sum(-1) - 1).max() > 0.1  # really not a softmax's rows
     said = "blocks.0.attn.attn (TalkingHeadAttn) holds talking-heads weights"

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import timm
 import torch
+from common import PLUGINS
 from safetensors.torch import save_file
 
 from hookdump.model.sources.timm.names import ALIASES
@@ -79,7 +80,7 @@ def test_plugin_that_fails_to_import(cli, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def lenet_weights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
-    sys.path.insert(0, str(Path(__file__).parent / "plugins"))
+    sys.path.insert(0, str(PLUGINS))
     try:
         from lenet_plugin import LeNet
     finally:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import timm
 import torch
-from helpers import photo_batch
+from helpers import as_map, base_key, photo_batch, seeded_pth
 
 #: model -> the file ``capture -l 'feat:*'`` writes for each level, from reading each family's code.
 FAMILIES = {
@@ -35,41 +35,12 @@ FAMILIES = {
 }
 
 
-def _base_key(key: str, base: dict[str, torch.Tensor]) -> str:
-    """The base model's key for a features model's key: ``model.`` dropped, ``layers_0`` -> ``layers.0``."""
-    key = key.removeprefix("model.")
-    head, _, rest = key.partition(".")
-    candidates = [key] + [f"{head[:i]}.{head[i + 1 :]}.{rest}" for i, c in enumerate(head) if c == "_"]
-    found = [c for c in candidates if c in base]
-    assert found, f"no base weight for {key}"
-    return found[0]
-
-
 def features_only(name: str, base: torch.nn.Module, levels: int, **kwargs: object) -> torch.nn.Module:
     """timm's features model of ``name`` carrying exactly ``base``'s weights (strict: every key filled)."""
     model = timm.create_model(name, features_only=True, out_indices=tuple(range(levels)), **kwargs).eval()
     weights = base.state_dict()
-    model.load_state_dict({k: weights[_base_key(k, weights)] for k in model.state_dict()}, strict=True)
+    model.load_state_dict({k: weights[base_key(k, weights)] for k in model.state_dict()}, strict=True)
     return model
-
-
-def as_map(captured: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
-    """The captured tensor in timm's layout, from the shapes alone: tokens (N, L, C) lose their leading
-    extra tokens and become (N, C, H, W); anything else must already match."""
-    if captured.ndim == 3 and expected.ndim == 4:
-        n, c, h, w = expected.shape
-        return captured[:, captured.shape[1] - h * w :].reshape(n, h, w, c).permute(0, 3, 1, 2)
-    return captured
-
-
-def seeded(name: str, folder: Path, seed: int) -> tuple[torch.nn.Module, Path]:
-    """A timm model with seeded random weights, saved with ``torch.save`` (CoaT's blocks share tensors with
-    the model, which safetensors refuses)."""
-    torch.manual_seed(seed)
-    model = timm.create_model(name).eval()
-    path = folder / f"{name}-{seed}.pth"
-    torch.save(model.state_dict(), path)
-    return model, path
 
 
 def _manifest(out: Path) -> dict:
@@ -78,7 +49,7 @@ def _manifest(out: Path) -> dict:
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_every_level_equals_timms_features_only_output(cli, tmp_path: Path, chelsea: Path, name: str) -> None:
-    base, checkpoint = seeded(name, tmp_path, seed=1)
+    base, checkpoint = seeded_pth(name, tmp_path, seed=1)
     out = tmp_path / "out"
     result = cli("capture", "-m", name, "--checkpoint", checkpoint, "-l", "feat:*", chelsea, "-o", out)
     assert result.exit_code == 0, result.stderr

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import timm
 import torch
+from helpers import as_map, base_key, seeded_pth
 from PIL import Image
-from test_model_feat_levels import _base_key, as_map, seeded
 from timm.data import create_transform, resolve_data_config
 
 
@@ -21,7 +21,7 @@ def timm_levels(name: str, base: torch.nn.Module, out_indices: tuple[int, ...]) 
     """timm's features model of ``name`` for exactly ``out_indices``, carrying ``base``'s weights."""
     model = timm.create_model(name, features_only=True, out_indices=out_indices).eval()
     weights = base.state_dict()
-    model.load_state_dict({k: weights[_base_key(k, weights)] for k in model.state_dict()}, strict=True)
+    model.load_state_dict({k: weights[base_key(k, weights)] for k in model.state_dict()}, strict=True)
     return model
 
 
@@ -54,7 +54,7 @@ def test_k_indexes_feature_info_not_the_default_out_indices(
 ) -> None:
     default = timm.create_model(name, features_only=True).feature_info.out_indices
     assert tuple(default) != tuple(range(len(timm.create_model(name).feature_info)))  # the trap is there
-    base, checkpoint = seeded(name, tmp_path, seed=3)
+    base, checkpoint = seeded_pth(name, tmp_path, seed=3)
     out = tmp_path / "out"
     layers = [arg for spec in specs for arg in ("-l", spec)]
     result = cli("capture", "-m", name, "--checkpoint", checkpoint, *layers, chelsea, "-o", out)
@@ -68,7 +68,7 @@ def test_k_indexes_feature_info_not_the_default_out_indices(
 
 def test_inception_at_160_px_gives_its_last_level(cli, tmp_path: Path, chelsea: Path) -> None:
     """Unpadded convs leave a 3x3 map at 1/32 of 160 px (not 5x5): timm returns it, and so does feat:4."""
-    base, checkpoint = seeded("inception_v3", tmp_path, seed=4)
+    base, checkpoint = seeded_pth("inception_v3", tmp_path, seed=4)
     out = tmp_path / "out"
     model = ("-m", "inception_v3", "--checkpoint", checkpoint, "--input-size", "3,160,160")
     result = cli("capture", *model, "-l", "feat:4", chelsea, "-o", out)
@@ -81,7 +81,7 @@ def test_inception_at_160_px_gives_its_last_level(cli, tmp_path: Path, chelsea: 
 
 def test_mvitv2_levels_are_its_stages_tokens(cli, tmp_path: Path, chelsea: Path) -> None:
     """timm's ``block.K`` is no module: it is the tokens ``stages.K`` returns (a tuple with its size)."""
-    base, checkpoint = seeded("mvitv2_tiny", tmp_path, seed=5)
+    base, checkpoint = seeded_pth("mvitv2_tiny", tmp_path, seed=5)
     out = tmp_path / "out"
     result = cli(
         "capture", "-m", "mvitv2_tiny", "--checkpoint", checkpoint, "-l", "feat:*", chelsea, "-o", out
@@ -100,7 +100,7 @@ def test_mvitv2_levels_are_its_stages_tokens(cli, tmp_path: Path, chelsea: Path)
 def test_hiera_last_level_is_captured_and_the_others_named(cli, tmp_path: Path, chelsea: Path) -> None:
     """After Hiera's last pooling nothing is left to reroll: ``blocks.11`` reshaped is timm's level 3, bit for
     bit. ``feat:*`` captures it and names the three levels it cannot capture."""
-    base, checkpoint = seeded("hiera_tiny_224", tmp_path, seed=6)
+    base, checkpoint = seeded_pth("hiera_tiny_224", tmp_path, seed=6)
     out = tmp_path / "out"
     result = cli(
         "capture", "-m", "hiera_tiny_224", "--checkpoint", checkpoint, "-l", "feat:*", chelsea, "-o", out
@@ -118,7 +118,7 @@ def test_hiera_last_level_is_captured_and_the_others_named(cli, tmp_path: Path, 
 
 
 def test_coat_level_of_a_tuple_writes_that_element_only(cli, tmp_path: Path, chelsea: Path) -> None:
-    base, checkpoint = seeded("coat_tiny", tmp_path, seed=7)
+    base, checkpoint = seeded_pth("coat_tiny", tmp_path, seed=7)
     out = tmp_path / "out"
     result = cli(
         "capture", "-m", "coat_tiny", "--checkpoint", checkpoint, "-l", "feat:-1", chelsea, "-o", out

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import SKIMAGE_DATA, resumed_and_sharded
+from common import SKIMAGE_DATA, resumed_and_sharded
 from PIL import Image
 
 transformers = pytest.importorskip("transformers")

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import inputs_of
+from common import inputs_of
 from helpers import hand_hooks, photo_batch, seeded
 
 from hookdump import api

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 import torch
 import torchvision
-from conftest import CHECKOUT, SKIMAGE_DATA, resumed_and_sharded
+from common import CHECKOUT, SKIMAGE_DATA, paragraph, readme_commands, resumed_and_sharded
+from helpers import Net, seeded_net, torchvision_input
 from PIL import Image
-from test_cli_messages import paragraph
 from torch import nn
 from torchvision import transforms as T
 from torchvision.models.feature_extraction import create_feature_extractor
@@ -57,12 +57,6 @@ def seeded_resnet18(seed: int) -> nn.Module:
             module.running_mean.uniform_(-0.2, 0.2)
             module.running_var.uniform_(0.5, 1.5)
     return model.eval()
-
-
-def torchvision_input(photo: Path) -> torch.Tensor:
-    """The photo through torchvision's own ResNet-18 eval transform (resize 256, crop 224: ImageNet's)."""
-    made = torchvision.models.ResNet18_Weights.IMAGENET1K_V1.transforms()
-    return made(Image.open(photo).convert("RGB")).unsqueeze(0)
 
 
 @pytest.fixture(scope="module")
@@ -254,25 +248,6 @@ def test_tv_random_weights_are_torchvisions_from_the_seed_and_reduce_mean_pools(
 # --- a caller's own nn.Module through the Python API -----------------------------------------------------
 
 
-class Net(nn.Module):
-    """A small CNN with a container (a ModuleList, never called), a module called three times, and
-    batch norm (whose statistics a pass in train mode would change)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.stem = nn.Conv2d(3, 8, 3, padding=1)
-        self.blocks = nn.ModuleList([nn.Conv2d(8, 8, 3, padding=1) for _ in range(2)])
-        self.act = nn.ReLU()
-        self.bn = nn.BatchNorm2d(8)
-        self.head = nn.Linear(8, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.act(self.stem(x))
-        for block in self.blocks:
-            x = self.act(block(x))
-        return self.head(self.bn(x).mean((2, 3)))
-
-
 class NotOnMeta(Net):
     """Reads a value in its forward, which the meta device has none of: traced by a real CPU pass."""
 
@@ -283,20 +258,6 @@ class NotOnMeta(Net):
 
 
 TRANSFORM = T.Compose([T.Resize(40), T.CenterCrop(32), T.ToTensor(), T.Normalize([0.5] * 3, [0.25] * 3)])
-
-
-def _net(seed: int = 0, kind: type[Net] = Net) -> Net:
-    """A seeded ``Net`` in a state worth keeping: train mode but one block in eval, a frozen weight, odd
-    batch-norm statistics, and hooks of its own (forward, forward-pre, full backward)."""
-    torch.manual_seed(seed)
-    net = kind().train()
-    net.blocks[0].eval()
-    net.stem.weight.requires_grad_(False)
-    net.bn.running_mean.uniform_(-0.5, 0.5)
-    net.head.register_forward_hook(lambda m, i, o: None)
-    net.stem.register_forward_pre_hook(lambda m, i: None)
-    net.bn.register_full_backward_hook(lambda m, gi, go: None)
-    return net
 
 
 def _state(net: nn.Module) -> dict[str, Any]:
@@ -345,7 +306,7 @@ def _hand_hooks(net: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
 def test_a_module_capture_equals_hand_hooks_and_leaves_the_module_as_it_was(
     chelsea: Path, tmp_path: Path, cli
 ) -> None:
-    net = _net()
+    net = seeded_net()
     before = _state(net)
     result = api.capture([str(chelsea)], ["act@1", "blocks.*", "bn", "head"], model=net, transform=TRANSFORM,
                          out=tmp_path / "out", grad=True)  # fmt: skip
@@ -385,7 +346,7 @@ def test_the_state_dict_sha256_tells_modules_apart(tmp_path: Path) -> None:
         found = api.plan(["head"], model=net, input_size=(3, 16, 16), out=tmp_path / "o")
         return str(found.model_record["state_dict_sha256"])
 
-    one, two = _net(seed=1), _net(seed=1)
+    one, two = seeded_net(seed=1), seeded_net(seed=1)
     assert sha(one) == sha(two)
     with torch.no_grad():
         two.head.bias[0] += 1e-3
@@ -393,7 +354,7 @@ def test_the_state_dict_sha256_tells_modules_apart(tmp_path: Path) -> None:
 
 
 def test_a_module_is_untouched_after_an_error_and_after_an_interrupt(chelsea: Path, tmp_path: Path) -> None:
-    net = _net()
+    net = seeded_net()
     before = _state(net)
     with pytest.raises(LayerError) as refused:  # a container: refused with its children
         api.capture([str(chelsea)], ["blocks"], model=net, transform=TRANSFORM, out=tmp_path / "a")
@@ -409,7 +370,7 @@ def test_a_module_is_untouched_after_an_error_and_after_an_interrupt(chelsea: Pa
                     batch_size=1, workers=0, on_batch=interrupted)  # fmt: skip
     assert json.loads((tmp_path / "b" / "manifest.json").read_text())["complete"] is False
     _assert_untouched(net, before)
-    other = _net()
+    other = seeded_net()
     with torch.no_grad():
         other.head.bias[0] += 1.0
     again = dict(model=other, transform=TRANSFORM, out=tmp_path / "b", grad=True, batch_size=1, resume=True)
@@ -423,7 +384,7 @@ def test_a_module_is_untouched_after_an_error_and_after_an_interrupt(chelsea: Pa
 
 
 def test_a_module_without_a_transform_needs_a_pretrained_cfg(chelsea: Path, tmp_path: Path) -> None:
-    net = _net()
+    net = seeded_net()
     with pytest.raises(UsageError) as missing:
         api.capture([str(chelsea)], ["head"], model=net, out=tmp_path / "a")
     assert "input size, mean, std" in missing.value.message and "transform=" in (missing.value.hint or "")
@@ -441,7 +402,7 @@ def test_a_module_without_a_transform_needs_a_pretrained_cfg(chelsea: Path, tmp_
 
 
 def test_a_module_that_cannot_run_on_meta_is_traced_on_a_copy_on_the_cpu(tmp_path: Path) -> None:
-    net = _net(kind=NotOnMeta)
+    net = seeded_net(kind=NotOnMeta)
     before = _state(net)
     tree = api.list_modules(net, input_size=(3, 16, 16))
     assert tree.inventory.traced_on == "cpu"
@@ -451,7 +412,9 @@ def test_a_module_that_cannot_run_on_meta_is_traced_on_a_copy_on_the_cpu(tmp_pat
 
 def test_a_module_refuses_other_weights(tmp_path: Path) -> None:
     with pytest.raises(HookdumpError, match="its own weights"):
-        api.plan(["head"], model=api.ModelSpec("x", pretrained=True, module=_net()), input_size=(3, 8, 8))
+        api.plan(
+            ["head"], model=api.ModelSpec("x", pretrained=True, module=seeded_net()), input_size=(3, 8, 8)
+        )
 
 
 # --- the page's examples, as pasted ----------------------------------------------------------------------
@@ -471,8 +434,6 @@ def test_the_models_from_elsewhere_examples_print_what_the_page_says(
     (the `python -c` line, the Python block), run in a checkout's folder, prints what its comments say."""
     import re
     import shlex
-
-    from test_cli_messages_more import readme_commands
 
     page = tmp_path / "page.md"
     page.write_text(_section(CHECKOUT / "docs" / "capture.md", "Models from elsewhere"))

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import timm
 import torch
+from common import PLUGINS
 from safetensors.torch import save_file
 from torch import nn
 from torch.overrides import TorchFunctionMode
@@ -21,7 +22,7 @@ from hookdump.model.sources.timm.plugins import import_plugins
 from hookdump.model.spec import ModelSpec
 from hookdump.model.weights import check_hookable
 
-PLUGIN = Path(__file__).parent / "plugins" / "startup_plugin.py"
+PLUGIN = PLUGINS / "startup_plugin.py"
 
 #: Random draws that weight init makes (torch.nn.init's functions and the tensor methods under them).
 DRAWS = frozenset(

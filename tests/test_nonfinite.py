@@ -14,12 +14,11 @@ from pathlib import Path
 import forkrun
 import numpy as np
 import pytest
-from conftest import PLUGINS, SKIMAGE_DATA
+from common import PLUGINS, SKIMAGE_DATA, paragraph
 from helpers import seeded
 from PIL import Image
+from read_back import check_links, section_id
 from safetensors.torch import save_file
-from test_cli_messages import paragraph
-from test_report import _check_links, _section
 
 PLUGIN = ("--import", str(PLUGINS / "nonfinite_plugin.py"), "--input-size", "3,16,16")
 
@@ -225,9 +224,9 @@ def test_report_names_them_on_the_page(spoiled: Path, tmp_path: Path) -> None:
         " values, counted apart: min, max, mean and std are of the finite values"
     )
     assert f"note: {said}\n" in done.stderr
-    page = _check_links(out)
-    assert f"{said}; the picture draws them in magenta." in page.text[_section(page, "spoil")]
-    assert "holds" not in page.text[_section(page, "conv")]
+    page = check_links(out)
+    assert f"{said}; the picture draws them in magenta." in page.text[section_id(page, "spoil")]
+    assert "holds" not in page.text[section_id(page, "conv")]
     channels = page.channels["top-spoil"]
     left = "astronaut.png (input 0), chelsea.png (input 1), coffee.png (input 2)"
     for c in (0, 1):

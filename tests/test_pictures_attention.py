@@ -9,8 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from helpers import hooked, levels
 from PIL import Image
-from test_pictures_show_layouts import hooked, levels, tiles
+from read_back import tiles
 
 VIT = "vit_tiny_patch16_224"
 

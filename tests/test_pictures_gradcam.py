@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 import timm
 import torch
+from common import CHECKOUT
 from helpers import photo_batch
 from PIL import Image
 from safetensors.torch import load_file
 
 from hookdump.pictures.gradcam import cam_of
 
-SCRIPT = Path(__file__).parent.parent / "scripts" / "lite0_checkpoint.py"
+SCRIPT = CHECKOUT / "scripts" / "lite0_checkpoint.py"
 TABBY = 281
 LAYERS = ["blocks.5", "conv_head"]
 

@@ -8,53 +8,8 @@ import math
 from pathlib import Path
 
 import numpy as np
-import timm
-import torch
-from helpers import photo_batch
-from PIL import Image
-
-PAD, LABEL, MIN_TILE = 2, 12, 64  # the documented grid geometry
-
-
-def hooked(name: str, layers: list[str], photo: Path) -> dict[str, np.ndarray]:
-    """The layers' outputs for the photo, from the model capture builds for --seed 0, hooked by hand."""
-    torch.manual_seed(0)
-    model = timm.create_model(name).eval()
-    seen: dict[str, np.ndarray] = {}
-
-    def keep(layer: str):
-        def hook(module: torch.nn.Module, args: object, out: torch.Tensor) -> None:
-            seen[layer] = out.detach().clone().numpy()
-
-        return hook
-
-    handles = [model.get_submodule(layer).register_forward_hook(keep(layer)) for layer in layers]
-    try:
-        with torch.no_grad():
-            model(photo_batch(model, photo))
-    finally:
-        for handle in handles:
-            handle.remove()
-    return seen
-
-
-def tiles(cli, out: Path, key: str, channels: str, h: int, w: int) -> dict[int, np.ndarray]:
-    """The grey levels of each drawn tile of ``show OUT --key KEY --channels ...``, by channel."""
-    result = cli("show", out, "--key", key, "--channels", channels, "--grey", "--json")
-    assert result.exit_code == 0, result.stderr
-    meta = json.loads(result.stdout)
-    s = max(1, MIN_TILE // max(h, w))
-    assert tuple(meta["tile"]) == (h * s, w * s)
-    with Image.open(meta["path"]) as png:
-        image = np.asarray(png.convert("L")).astype(float)
-    return {
-        t["channel"]: image[t["top"] : t["top"] + h * s : s, t["left"] : t["left"] + w * s : s]
-        for t in meta["tiles"]
-    }
-
-
-def levels(a: np.ndarray) -> np.ndarray:
-    return np.round((a - a.min()) / (a.max() - a.min()) * 255)
+from helpers import hooked, levels
+from read_back import tiles
 
 
 def test_swin_channels_last_stages_are_drawn_as_the_model_sees_them(cli, chelsea: Path, tmp_path) -> None:

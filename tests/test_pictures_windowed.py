@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 import timm
 import torch
-from helpers import photo_batch
+from helpers import levels, photo_batch
 from PIL import Image
-from test_pictures_show_layouts import levels
 
 SWIN = "swin_tiny_patch4_window7_224"
 SHIFTED = "layers.0.blocks.1"  # the second block of a stage shifts its windows by (3, 3)

@@ -10,17 +10,16 @@ import shutil
 import signal
 import subprocess
 import sys
-from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 import forkrun
 import numpy as np
 import pytest
-from conftest import PLUGINS, SKIMAGE_DATA, Cli
+from common import CHECKOUT, PLUGINS, SKIMAGE_DATA, Cli
+from helpers import cka_numpy
 from PIL import Image
-from test_analysis_compare import cka_numpy
-from test_capture_runs import SLOW, _photos, _start, _wait_for
+from read_back import check_links, page_of, section_id
+from slow_runs import SLOW_BY_1, coffee_photos, start_run, wait_for
 
 import hookdump
 
@@ -28,90 +27,12 @@ EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 RESNET = ("-m", "resnet18", "--input-size", "3,64,64", "-l", "layer1", "-l", "fc")
 
 
-class Page(HTMLParser):
-    """What a browser would fetch or follow (href, src), the ids, each section's text and stat cells."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.links: list[str] = []
-        self.ids: set[str] = set()
-        self.tags: set[str] = set()
-        self.text: dict[str, str] = {}  # section id -> its text
-        self.stats: dict[str, dict[str, tuple[str, list[str]]]] = {}  # id -> stat -> (data-value, classes)
-        self.images: dict[str, tuple[str, int, int]] = {}  # section id -> (src, width, height)
-        self.figures: dict[str, list[tuple[str, int, int]]] = {}  # every section's images, in order
-        self.values: dict[str, list[float | None]] = {}  # data-value of cells and spans, not stats
-        self.channels: dict[str, list[str]] = {}  # section id -> its text of each data-channel block
-        self._channel: str | None = None
-        self._section: str | None = None
-        self.feed(text)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k: v or "" for k, v in attrs}
-        self.tags.add(tag)
-        for key in ("href", "src"):
-            if key in a:
-                self.links.append(a[key])
-        if "id" in a:
-            self.ids.add(a["id"])
-        if tag == "section":
-            self._section = a.get("id")
-            self.text[self._section or ""] = ""
-        if self._section and "data-stat" in a:
-            self.stats.setdefault(self._section, {})[a["data-stat"]] = (
-                a["data-value"],
-                a.get("class", "").split(),
-            )
-        if self._section and self._section.startswith("t-") and tag == "img":
-            self.images[self._section] = (a["src"], int(a["width"]), int(a["height"]))
-        if self._section and tag == "img":
-            self.figures.setdefault(self._section, []).append((a["src"], int(a["width"]), int(a["height"])))
-        if self._section and "data-value" in a and "data-stat" not in a:
-            self.values.setdefault(self._section, []).append(json.loads(a["data-value"]))
-        if self._section and "data-channel" in a:
-            self._channel = a["data-channel"]
-            self.channels.setdefault(self._section, []).append("")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "section":
-            self._section = self._channel = None
-
-    def handle_data(self, data: str) -> None:
-        if self._section is not None:
-            self.text[self._section] += data
-        if self._section is not None and self._channel is not None:
-            self.channels[self._section][-1] += data
-
-
-def _page(out: Path) -> Page:
-    return Page((out / "index.html").read_text(encoding="utf-8"))
-
-
-def _check_links(out: Path) -> Page:
-    """Every link is relative and names a file inside ``out`` (anchors name an id on the page)."""
-    page = _page(out)
-    assert page.links
-    for link in page.links:
-        parts = urlsplit(link)
-        assert not parts.scheme and not parts.netloc and not link.startswith("/"), link
-        if link.startswith("#"):
-            assert unquote(link[1:]) in {unquote(i) for i in page.ids}, link
-            continue
-        target = (out / unquote(parts.path)).resolve()
-        assert target.is_file() and target.is_relative_to(out.resolve()), link
-    return page
-
-
-def _section(page: Page, name: str) -> str:
-    return next(i for i in page.ids if unquote(i) == f"t-{name}")
-
-
 @pytest.fixture(scope="module")
 def resnet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """resnet18's layer1 (maps) and fc (a vector) of two real photos (one name with a space), reported."""
     folder = tmp_path_factory.mktemp("report")
-    photos = _photos(folder / "photos", 1)
-    shutil.copy(Path(__file__).parent.parent / "hookdump" / "data" / "sample.jpg", photos / "cat photo.jpg")
+    photos = coffee_photos(folder / "photos", 1)
+    shutil.copy(CHECKOUT / "hookdump" / "data" / "sample.jpg", photos / "cat photo.jpg")
     out = folder / "out"
     cli = Cli()
     result = cli("capture", *RESNET, photos, "-o", out, "--format", "npy,safetensors")
@@ -147,7 +68,7 @@ def analysed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_compare_and_top_have_sections_of_their_own(analysed: Path, tmp_path: Path) -> None:
-    page = _check_links(analysed)
+    page = check_links(analysed)
     assert "#compare-cka" in page.links and "#top-layer1" in page.links  # in the contents
     arrays = {n: np.load(analysed / f"{n}.npy").astype(np.float64) for n in ("layer1", "layer2")}
     # compare: the heat map as compare drew it, the caption naming layers, metric and estimator, the values
@@ -190,29 +111,31 @@ def test_a_result_of_an_earlier_capture_is_marked_and_other_files_left_alone(
     written = json.loads(done.stdout)
     assert [c["record"] for c in written["compare"]] == ["compare/cka.json"]
     assert [s["picture"]["src"] for s in written["top"][0]["channels"]][1] is None
-    page = _check_links(copy)
+    page = check_links(copy)
     assert "Made from an earlier capture" in page.text["compare-cka"]
     assert "No picture: the PNG beside the record is gone" in page.channels["top-layer1"][1]
     assert (copy / "compare" / "notes.json").read_text() == '{"mine": true}'
 
 
 def test_every_link_resolves_and_every_layer_has_its_section(resnet: Path, tmp_path: Path) -> None:
-    page = _check_links(resnet)
+    page = check_links(resnet)
     manifest = json.loads((resnet / "manifest.json").read_text())
     for entry in manifest["tensors"]:
         name = entry.get("key") or Path(entry["file"]).stem
-        text = page.text[_section(page, name)]
+        text = page.text[section_id(page, name)]
         assert entry["layer"] in text and entry["kind"] in text and str(tuple(entry["shape"])) in text
         assert f"#t-{name}" in page.links and entry["file"] in page.links
     assert "manifest.json" in page.links
     # no script, no stylesheet or font from elsewhere: the page stands alone
     assert not {"script", "link", "iframe"} & page.tags
     # the layer1 picture: a PNG of the size the page gives; fc has none, and the page says why
-    src, width, height = page.images[_section(page, "layer1")]
+    src, width, height = page.images[section_id(page, "layer1")]
     with Image.open(resnet / src) as image:
         assert image.format == "PNG" and image.size == (width, height)
-    assert _section(page, "fc") not in page.images
-    assert "No picture" in page.text[_section(page, "fc")] and "(2, 1000)" in page.text[_section(page, "fc")]
+    assert section_id(page, "fc") not in page.images
+    assert (
+        "No picture" in page.text[section_id(page, "fc")] and "(2, 1000)" in page.text[section_id(page, "fc")]
+    )
     # the inputs, each with a thumbnail copied into the folder (a file name with a space too)
     thumbs = [link for link in page.links if link.startswith("report/inputs/")]
     assert len(thumbs) == 2 and "cat photo.jpg" in page.text["inputs"]
@@ -221,23 +144,23 @@ def test_every_link_resolves_and_every_layer_has_its_section(resnet: Path, tmp_p
     moved = shutil.copytree(resnet, tmp_path / "moved")
     shutil.rmtree(resnet / "report")
     try:
-        _check_links(moved)
+        check_links(moved)
     finally:
         shutil.copytree(moved / "report", resnet / "report")
 
 
 def test_the_numbers_on_the_page_are_numpys(resnet: Path) -> None:
-    page = _page(resnet)
+    page = page_of(resnet)
     for name in ("layer1", "fc"):
         array = np.load(resnet / f"{name}.npy").astype(np.float64)
-        cells = page.stats[_section(page, name)]
+        cells = page.stats[section_id(page, name)]
         got = {k: json.loads(v) for k, (v, _) in cells.items()}
         assert got["min"] == float(array.min()) and got["max"] == float(array.max())
         assert math.isclose(got["mean"], float(array.mean()), rel_tol=1e-9)
         assert math.isclose(got["std"], float(array.std()), rel_tol=1e-9)
         assert math.isclose(got["zeros"], float(np.mean(array == 0)), rel_tol=1e-12)
         assert got["nan"] == 0 and got["inf"] == 0 and "bad" not in cells["nan"][1]
-        assert f"{got['max']:.4g}" in page.text[_section(page, name)]  # shown rounded
+        assert f"{got['max']:.4g}" in page.text[section_id(page, name)]  # shown rounded
 
 
 def test_vit_grad_and_attention_and_json(cli, tmp_path: Path) -> None:
@@ -251,10 +174,10 @@ def test_vit_grad_and_attention_and_json(cli, tmp_path: Path) -> None:
     assert kinds == {"blocks.0.attn": "output", "blocks.0.attn.grad": "grad", "blocks.0.attn.attn": "attn"}
     assert written["path"] == str(out / "index.html") and len(written["pictures"]) == 3
     assert all(Path(p).is_file() and Path(p).parent == out / "report" for p in written["pictures"])
-    page = _check_links(out)
+    page = check_links(out)
     for section in written["sections"]:
-        assert section["layer"] in page.text[_section(page, section["name"])]
-        assert section["picture"] == page.images[_section(page, section["name"])][0]
+        assert section["layer"] in page.text[section_id(page, section["name"])]
+        assert section["picture"] == page.images[section_id(page, section["name"])][0]
     with Image.open(out / "report" / "blocks.0.attn.png") as image:  # 4 channels of 14x14 tokens: 2 x 2
         assert image.size[0] < 300
     grad = json.loads((out / "manifest.json").read_text())["grad"]
@@ -266,11 +189,11 @@ def test_nan_and_inf_are_highlighted(cli, tmp_path: Path) -> None:
     net = ("--import", PLUGINS / "nonfinite_plugin.py", "-m", "nonfinite_net", "--input-size", "3,16,16")
     assert cli("capture", *net, "-l", "spoil", "-l", "head", "--random-input", "-o", out).exit_code == 0
     assert cli("report", out).exit_code == 0
-    page = _check_links(out)
-    spoil = page.stats[_section(page, "spoil")]
+    page = check_links(out)
+    spoil = page.stats[section_id(page, "spoil")]
     assert json.loads(spoil["nan"][0]) == 3 and "bad" in spoil["nan"][1] and "bad" in spoil["inf"][1]
-    assert "bad" not in page.stats[_section(page, "head")]["nan"][1]
-    assert "NaN/Inf" in page.text[_section(page, "spoil")] and "random" in page.text["inputs"]
+    assert "bad" not in page.stats[section_id(page, "head")]["nan"][1]
+    assert "NaN/Inf" in page.text[section_id(page, "spoil")] and "random" in page.text["inputs"]
 
 
 def test_rerun_replaces_the_report_through_the_console_script(cli, resnet: Path) -> None:
@@ -288,7 +211,7 @@ def test_rerun_replaces_the_report_through_the_console_script(cli, resnet: Path)
     assert json.loads(proc.stdout)["pictures"] == [str(resnet / "report" / "layer1.png")]
     hidden = [p.name for p in resnet.iterdir() if p.name.startswith(".")]
     assert hidden == [".hookdump-files.json"]  # the record of what hookdump wrote; no scratch left behind
-    _check_links(resnet)
+    check_links(resnet)
     stats = cli("stats", resnet)
     assert stats.exit_code == 0 and "layer1" in stats.stdout
 
@@ -301,8 +224,8 @@ def test_refuses_what_is_not_a_finished_capture(cli, resnet: Path, tmp_path: Pat
     assert not (empty / "index.html").exists()
     # a real interrupted capture: refused with the fix
     out = tmp_path / "stopped"
-    run = _start(["capture", *SLOW, str(_photos(tmp_path / "photos", 4)), "-o", str(out)])
-    _wait_for(".hookdump-partial/progress.json", out, run)
+    run = start_run(["capture", *SLOW_BY_1, str(coffee_photos(tmp_path / "photos", 4)), "-o", str(out)])
+    wait_for(".hookdump-partial/progress.json", out, run)
     run.send_signal(signal.SIGINT)
     assert run.wait(timeout=60) == 130
     result = cli("report", out, "--json")

@@ -21,8 +21,8 @@ from pathlib import Path
 import forkrun
 import pytest
 import typer.main
-from conftest import SKIMAGE_DATA
-from test_cli_matrix import _console
+from cli_errors import run_unprivileged
+from common import SKIMAGE_DATA
 
 from hookdump.cli.app import app
 from hookdump.store.folder.record import RECORD
@@ -202,7 +202,7 @@ def test_every_writing_command_keeps_the_users_files(
     before = _state(made.root, tmp_path)
     try:
         if situation == "read-only":
-            code, stdout, stderr = _console(argv, tmp_path)
+            code, stdout, stderr = run_unprivileged(argv, tmp_path)
         else:
             proc = forkrun.run(argv, cwd=tmp_path)
             code, stdout, stderr = proc.returncode, proc.stdout, proc.stderr

@@ -16,8 +16,7 @@ from pathlib import Path
 import forkrun
 import numpy as np
 import pytest
-from conftest import SKIMAGE_DATA, inputs_of
-from test_cli_messages import paragraph
+from common import SKIMAGE_DATA, inputs_of, paragraph
 
 TINY = ("-m", "test_resnet", "--input-size", "3,64,64", "-l", "layer1", "-l", "fc")
 PHOTOS = ["coffee.png", "chelsea.png", "astronaut.png", "rocket.jpg"]

@@ -12,9 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import PLUGINS
-from test_capture_dataset import SLOW, _kill_when, _photos
-from test_capture_runs import _start
+from common import PLUGINS
+from slow_runs import SLOW_BY_3, kill_when, mixed_photos, start_run
 
 from hookdump.store.formats.stats import KEYS, PIECE, Accumulator, number, percent
 
@@ -207,16 +206,16 @@ def test_long_rows_are_summed_the_same_however_they_are_batched() -> None:
 
 
 def test_stats_survive_a_resume_after_kill_9(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HOOKDUMP_TEST_SLEEP", "0")  # in this process nothing is stopped; _start's runs sleep
-    photos = _photos(tmp_path / "photos", 12)
+    monkeypatch.setenv("HOOKDUMP_TEST_SLEEP", "0")  # in this process nothing is stopped; start_run's sleep
+    photos = mixed_photos(tmp_path / "photos", 12)
     whole, out = tmp_path / "whole", tmp_path / "out"
-    assert cli("capture", *SLOW, photos, "-o", whole).exit_code == 0
-    run = _start(["capture", *map(str, SLOW), str(photos), "-o", str(out)])
-    _kill_when(run, out, 3)
+    assert cli("capture", *SLOW_BY_3, photos, "-o", whole).exit_code == 0
+    run = start_run(["capture", *map(str, SLOW_BY_3), str(photos), "-o", str(out)])
+    kill_when(run, out, 3)
     assert run.returncode == -signal.SIGKILL
     progress = json.loads((out / ".hookdump-partial" / "progress.json").read_text())
     assert all(s["stats"]["count"] > 0 for s in progress["streams"])  # the accumulators, kept per batch
-    done = cli("capture", *SLOW, photos, "-o", out, "--resume")
+    done = cli("capture", *SLOW_BY_3, photos, "-o", out, "--resume")
     assert done.exit_code == 0, done.stderr
     assert _stats_by_stem(out) == _stats_by_stem(whole)
     for name, stats in _stats_by_stem(out).items():
