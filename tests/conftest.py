@@ -124,22 +124,3 @@ def lite0_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert done.returncode == 0, done.stderr
     assert "wrote 296 tensors" in done.stdout
     return path
-
-
-@pytest.fixture
-def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    """A real 64 KB file system (tmpfs); skipped where mounting is not allowed (not root, a container)."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield where
-    finally:
-        unmounted = subprocess.run(["umount", str(where)], capture_output=True)
-        if unmounted.returncode != 0:  # busy: hookdump left a file open on it
-            subprocess.run(["umount", "--lazy", str(where)], check=False)
-            pytest.fail(f"cannot unmount the small disk: {unmounted.stderr.decode().strip()}")

@@ -1,4 +1,4 @@
-"""``feat:K`` beyond the families of ``test_model_feat_levels.py``: K indexes ``feature_info`` (not
+"""``feat:K`` beyond the families of ``test_feat_levels.py``: K indexes ``feature_info`` (not
 ``features_only``'s default ``out_indices``), levels that were refused though timm returns them (Inception at
 160 px, MViTv2, Hiera's last stage), and a tuple's one element (CoaT). Each is checked against
 ``timm.create_model(name, features_only=True, out_indices=...)`` with the same seeded weights and photo."""

@@ -1,7 +1,7 @@
 """The rendered tree, pinned: plain text (stdout is not a terminal), so no colour and no wrapping.
 
 Regenerate after an intended change with ``HOOKDUMP_UPDATE_GOLDEN=1 .venv/bin/python -m pytest
-tests/test_cli_golden.py``, then read the diff: every shape, parameter count and mark was checked by hand
+tests/cli/test_golden.py``, then read the diff: every shape, parameter count and mark was checked by hand
 against the model's definition when the files were first written.
 """
 

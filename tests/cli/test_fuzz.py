@@ -14,7 +14,7 @@ In CI the run is short and the same every time: derandomized (a fixed seed), a f
 folder, so nothing is written into the checkout. A longer, random run, for a person now and then:
 
     HOOKDUMP_FUZZ_EXAMPLES=2000 HOOKDUMP_SHARED_CHECKOUT=1 .venv/bin/python -m pytest -q \
-        tests/test_cli_fuzz.py
+        tests/cli/test_fuzz.py
 
 (``HOOKDUMP_FUZZ_EXAMPLES=N``: N examples per test, a new random seed each run; a failure prints the
 ``@reproduce_failure`` line that replays it). Every input the fuzzer found a bug with stays below as an
