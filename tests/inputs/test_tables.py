@@ -59,6 +59,18 @@ def test_parquet_rows_are_the_capture_of_the_same_photos(data: Path, tmp_path: P
     assert [r["sha256"] for r in inputs] == [r["sha256"] for r in files]
 
 
+def test_an_at_list_line_naming_a_parquet_file_gives_its_rows(data: Path, tmp_path: Path) -> None:
+    """A table named in an ``@list`` file is expanded to its rows there too, as a tar shard's line is."""
+    (tmp_path / "list.txt").write_text(f"{data / 'photos.parquet'}\n")
+    args = ("capture", *MODEL, "@list.txt", "--image-column", "img", "--batch-size", "4", "-o", "listed")
+    done = hd(tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "listed" / "layer1.npy").read_bytes() == (data / "files" / "layer1.npy").read_bytes()
+    assert [r["path"] for r in inputs_of(tmp_path / "listed")] == [
+        f"{data}/photos.parquet::{i}" for i in range(6)
+    ]
+
+
 def test_a_save_to_disk_folder_is_read_by_its_image_struct(data: Path, tmp_path: Path) -> None:
     done = hd(
         tmp_path, "capture", *MODEL, data / "hf", "--label-column", "label", "--batch-size", "4", "-o", "hf"
