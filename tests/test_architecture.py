@@ -300,6 +300,83 @@ def test_the_part_check_catches_formats_importing_the_folder_and_one_source_anot
     ], bad
 
 
+MAX_LINES, REASON_LINES = 300, 250
+
+
+def long_modules(package: Path, doc: str) -> list[str]:
+    """Each module over ``MAX_LINES`` lines, and each over ``REASON_LINES`` that ``doc`` (the text of
+    docs/architecture.md) does not name in its list of the modules that stay whole, with a reason."""
+    listed = doc.partition("## Modules over 250 lines")[2].partition("\n## ")[0]
+    bad = []
+    for path in sorted(package.rglob("*.py")):
+        count = len(path.read_text().splitlines())
+        name = path.relative_to(package.parent).as_posix()
+        if count > MAX_LINES:
+            bad.append(f"{name} has {count} lines (at most {MAX_LINES}): split it by responsibility")
+        elif count > REASON_LINES and f"`{name}`" not in listed:
+            bad.append(f"{name} has {count} lines, and docs/architecture.md gives no reason it stays whole")
+    return bad
+
+
+def test_every_module_fits_on_a_screen_or_two() -> None:
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    bad = long_modules(PACKAGE, doc)
+    assert not bad, "modules too long:\n" + "\n".join(bad)
+
+
+def test_the_length_check_catches_a_long_module_and_an_unexplained_one(tmp_path: Path) -> None:
+    copy = tmp_path / "hookdump"
+    (copy / "store").mkdir(parents=True)
+    (copy / "store" / "long.py").write_text("x = 1\n" * 301)
+    (copy / "store" / "whole.py").write_text("x = 1\n" * 260)
+    (copy / "store" / "told.py").write_text("x = 1\n" * 260)
+    doc = "## Modules over 250 lines\n\n* `hookdump/store/told.py`: one job.\n\n## Next\n"
+    doc += "`hookdump/store/whole.py` is named, but not in that list"
+    assert [b.split(" has")[0] for b in long_modules(copy, doc)] == [
+        "hookdump/store/long.py",
+        "hookdump/store/whole.py",
+    ]
+
+
+def missing_rows(package: Path, doc: str) -> list[str]:
+    """Each module of ``package`` without its row in ``doc``'s "Every module in one line" (its path in
+    backticks, or its package folder's row naming its file), and each row naming no module there is."""
+    table = doc.partition("## Every module in one line")[2].partition("\n## ")[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `hookdump/")]
+    named = {line.split("`")[1]: line for line in rows}
+    bad = []
+    for path in sorted(package.rglob("*.py")):
+        name = path.relative_to(package.parent).as_posix()
+        folder = name.rpartition("/")[0] + "/"
+        if name not in named and not (folder in named and f"`{path.name}`" in named[folder]):
+            bad.append(f"{name} has no row in docs/architecture.md's list of every module")
+    for name in named:
+        if not (package.parent / name).exists():
+            bad.append(f"docs/architecture.md has a row for {name}, which is not there")
+    return bad
+
+
+def test_every_module_has_its_row_in_the_architecture_page() -> None:
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    bad = missing_rows(PACKAGE, doc)
+    assert not bad, "docs/architecture.md is out of date:\n" + "\n".join(bad)
+
+
+def test_the_row_check_catches_a_missing_row_and_a_stale_one(tmp_path: Path) -> None:
+    copy = tmp_path / "hookdump"
+    (copy / "store" / "folder").mkdir(parents=True)
+    for name in ("store/kept.py", "store/new.py", "store/folder/inner.py"):
+        (copy / name).write_text("")
+    doc = (
+        "## Every module in one line\n\n| `hookdump/store/kept.py` | x |\n"
+        "| `hookdump/store/folder/` | has `inner.py` |\n| `hookdump/store/gone.py` | y |\n\n## Next\n"
+    )
+    assert missing_rows(copy, doc) == [
+        "hookdump/store/new.py has no row in docs/architecture.md's list of every module",
+        "docs/architecture.md has a row for hookdump/store/gone.py, which is not there",
+    ]
+
+
 def test_the_source_check_catches_a_core_module_that_imports_a_source(tmp_path: Path) -> None:
     copy = tmp_path / "hookdump"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "data"))
