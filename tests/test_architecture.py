@@ -303,6 +303,15 @@ def test_the_part_check_catches_formats_importing_the_folder_and_one_source_anot
 MAX_LINES, REASON_LINES = 300, 250
 
 
+def made_package(folder: Path, files: dict[str, int]) -> Path:
+    """A made-up ``hookdump`` package in ``folder``: each file (a path inside it) of that many lines."""
+    package = folder / "hookdump"
+    for name, lines in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text("x = 1\n" * lines)
+    return package
+
+
 def long_modules(package: Path, doc: str) -> list[str]:
     """Each module over ``MAX_LINES`` lines, and each over ``REASON_LINES`` that ``doc`` (the text of
     docs/architecture.md) does not name in its list of the modules that stay whole, with a reason."""
@@ -325,11 +334,7 @@ def test_every_module_fits_on_a_screen_or_two() -> None:
 
 
 def test_the_length_check_catches_a_long_module_and_an_unexplained_one(tmp_path: Path) -> None:
-    copy = tmp_path / "hookdump"
-    (copy / "store").mkdir(parents=True)
-    (copy / "store" / "long.py").write_text("x = 1\n" * 301)
-    (copy / "store" / "whole.py").write_text("x = 1\n" * 260)
-    (copy / "store" / "told.py").write_text("x = 1\n" * 260)
+    copy = made_package(tmp_path, {"store/long.py": 301, "store/whole.py": 260, "store/told.py": 260})
     doc = "## Modules over 250 lines\n\n* `hookdump/store/told.py`: one job.\n\n## Next\n"
     doc += "`hookdump/store/whole.py` is named, but not in that list"
     assert [b.split(" has")[0] for b in long_modules(copy, doc)] == [
@@ -363,10 +368,7 @@ def test_every_module_has_its_row_in_the_architecture_page() -> None:
 
 
 def test_the_row_check_catches_a_missing_row_and_a_stale_one(tmp_path: Path) -> None:
-    copy = tmp_path / "hookdump"
-    (copy / "store" / "folder").mkdir(parents=True)
-    for name in ("store/kept.py", "store/new.py", "store/folder/inner.py"):
-        (copy / name).write_text("")
+    copy = made_package(tmp_path, {"store/kept.py": 0, "store/new.py": 0, "store/folder/inner.py": 0})
     doc = (
         "## Every module in one line\n\n| `hookdump/store/kept.py` | x |\n"
         "| `hookdump/store/folder/` | has `inner.py` |\n| `hookdump/store/gone.py` | y |\n\n## Next\n"

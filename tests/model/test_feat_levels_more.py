@@ -43,6 +43,16 @@ def manifest(out: Path) -> dict:
         ("selecsls42b", ["feat:0", "feat:-1"], (0, 5), ["stem.2", "head.3"]),
     ],
 )
+def captured(cli, name: str, seed: int, folder: Path, *args: object) -> tuple[torch.nn.Module, Path, object]:
+    """``name`` with seeded weights (the model, for the oracle) captured with ``args`` into ``folder/out``
+    through the CLI, checked to exit 0."""
+    base, checkpoint = seeded_pth(name, folder, seed=seed)
+    out = folder / "out"
+    result = cli("capture", "-m", name, "--checkpoint", checkpoint, *args, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    return base, out, result
+
+
 def test_k_indexes_feature_info_not_the_default_out_indices(
     cli,
     tmp_path: Path,
@@ -54,11 +64,8 @@ def test_k_indexes_feature_info_not_the_default_out_indices(
 ) -> None:
     default = timm.create_model(name, features_only=True).feature_info.out_indices
     assert tuple(default) != tuple(range(len(timm.create_model(name).feature_info)))  # the trap is there
-    base, checkpoint = seeded_pth(name, tmp_path, seed=3)
-    out = tmp_path / "out"
     layers = [arg for spec in specs for arg in ("-l", spec)]
-    result = cli("capture", "-m", name, "--checkpoint", checkpoint, *layers, chelsea, "-o", out)
-    assert result.exit_code == 0, result.stderr
+    base, out, _ = captured(cli, name, 3, tmp_path, *layers, chelsea)
     with torch.no_grad():
         expected = timm_levels(name, base, indices)(photo(base, chelsea))
     for file, want in zip(files, expected, strict=True):
@@ -68,11 +75,9 @@ def test_k_indexes_feature_info_not_the_default_out_indices(
 
 def test_inception_at_160_px_gives_its_last_level(cli, tmp_path: Path, chelsea: Path) -> None:
     """Unpadded convs leave a 3x3 map at 1/32 of 160 px (not 5x5): timm returns it, and so does feat:4."""
-    base, checkpoint = seeded_pth("inception_v3", tmp_path, seed=4)
-    out = tmp_path / "out"
-    model = ("-m", "inception_v3", "--checkpoint", checkpoint, "--input-size", "3,160,160")
-    result = cli("capture", *model, "-l", "feat:4", chelsea, "-o", out)
-    assert result.exit_code == 0, result.stderr
+    base, out, _ = captured(
+        cli, "inception_v3", 4, tmp_path, "--input-size", "3,160,160", "-l", "feat:4", chelsea
+    )
     with torch.no_grad():
         (want,) = timm_levels("inception_v3", base, (4,))(photo(base, chelsea, (3, 160, 160)))
     assert want.shape[-2:] == (3, 3)
@@ -81,12 +86,7 @@ def test_inception_at_160_px_gives_its_last_level(cli, tmp_path: Path, chelsea: 
 
 def test_mvitv2_levels_are_its_stages_tokens(cli, tmp_path: Path, chelsea: Path) -> None:
     """timm's ``block.K`` is no module: it is the tokens ``stages.K`` returns (a tuple with its size)."""
-    base, checkpoint = seeded_pth("mvitv2_tiny", tmp_path, seed=5)
-    out = tmp_path / "out"
-    result = cli(
-        "capture", "-m", "mvitv2_tiny", "--checkpoint", checkpoint, "-l", "feat:*", chelsea, "-o", out
-    )
-    assert result.exit_code == 0, result.stderr
+    base, out, result = captured(cli, "mvitv2_tiny", 5, tmp_path, "-l", "feat:*", chelsea)
     files = [f"stages.{k}.out0" for k in range(4)]
     assert sorted(t["file"] for t in manifest(out)["tensors"]) == sorted(f"{f}.npy" for f in files)
     with torch.no_grad():
@@ -100,12 +100,7 @@ def test_mvitv2_levels_are_its_stages_tokens(cli, tmp_path: Path, chelsea: Path)
 def test_hiera_last_level_is_captured_and_the_others_named(cli, tmp_path: Path, chelsea: Path) -> None:
     """After Hiera's last pooling nothing is left to reroll: ``blocks.11`` reshaped is timm's level 3, bit for
     bit. ``feat:*`` captures it and names the three levels it cannot capture."""
-    base, checkpoint = seeded_pth("hiera_tiny_224", tmp_path, seed=6)
-    out = tmp_path / "out"
-    result = cli(
-        "capture", "-m", "hiera_tiny_224", "--checkpoint", checkpoint, "-l", "feat:*", chelsea, "-o", out
-    )
-    assert result.exit_code == 0, result.stderr
+    base, out, result = captured(cli, "hiera_tiny_224", 6, tmp_path, "-l", "feat:*", chelsea)
     assert [t["file"] for t in manifest(out)["tensors"]] == ["blocks.11.npy"]
     with torch.no_grad():
         (want,) = timm_levels("hiera_tiny_224", base, (3,))(photo(base, chelsea))
@@ -118,12 +113,7 @@ def test_hiera_last_level_is_captured_and_the_others_named(cli, tmp_path: Path, 
 
 
 def test_coat_level_of_a_tuple_writes_that_element_only(cli, tmp_path: Path, chelsea: Path) -> None:
-    base, checkpoint = seeded_pth("coat_tiny", tmp_path, seed=7)
-    out = tmp_path / "out"
-    result = cli(
-        "capture", "-m", "coat_tiny", "--checkpoint", checkpoint, "-l", "feat:-1", chelsea, "-o", out
-    )
-    assert result.exit_code == 0, result.stderr
+    base, out, _ = captured(cli, "coat_tiny", 7, tmp_path, "-l", "feat:-1", chelsea)
     assert [t["file"] for t in manifest(out)["tensors"]] == ["parallel_blocks.5.out3.npy"]
     assert sorted(p.name for p in out.glob("*.npy")) == ["parallel_blocks.5.out3.npy"]
     with torch.no_grad():

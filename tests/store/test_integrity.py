@@ -144,12 +144,21 @@ def sixteen(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return photos, root / "whole"
 
 
-def test_a_stream_cut_short_after_its_checkpoint_is_refused_changing_nothing(
+def _killed_after_two_batches(
     tmp_path: Path, sixteen: tuple[Path, Path]
-) -> None:
+) -> tuple[Path, Path, Path, tuple[object, ...]]:
+    """The sixteen photos' capture into ``tmp_path/out``, SIGKILLed after its second checkpoint: the photos,
+    the uninterrupted capture, the interrupted folder, and the command's arguments but ``-o``."""
     (photos, whole), out = sixteen, tmp_path / "out"
     args = ("capture", *TINY, photos, "--batch-size", "4")
     hd(*args, "-o", out, kill_at="checkpoint-2")
+    return photos, whole, out, args
+
+
+def test_a_stream_cut_short_after_its_checkpoint_is_refused_changing_nothing(
+    tmp_path: Path, sixteen: tuple[Path, Path]
+) -> None:
+    _, whole, out, args = _killed_after_two_batches(tmp_path, sixteen)
     progress = json.loads((out / SCRATCH / "progress.json").read_text())
     state = next(s for s in progress["streams"] if s["key"][0] == "layer1")
     assert state["rows"] == 8
@@ -175,9 +184,7 @@ def test_a_stream_cut_short_after_its_checkpoint_is_refused_changing_nothing(
 def test_resume_refuses_an_input_changed_since_its_rows_were_captured(
     tmp_path: Path, sixteen: tuple[Path, Path]
 ) -> None:
-    (photos, whole), out = sixteen, tmp_path / "out"
-    args = ("capture", *TINY, photos, "--batch-size", "4")
-    hd(*args, "-o", out, kill_at="checkpoint-2")
+    photos, whole, out, args = _killed_after_two_batches(tmp_path, sixteen)
     original = (photos / "img_001.png").read_bytes()
     shutil.copy(SKIMAGE_DATA / "astronaut.png", photos / "img_001.png")  # another photo, the same name
     try:
@@ -205,9 +212,7 @@ def test_resume_checks_the_header_of_each_input_not_yet_captured(
 ) -> None:
     """The inputs already captured are hashed instead of checked (same bytes as when they decoded); every
     other input is still checked before the first batch, as a fresh run checks it."""
-    (photos, whole), out = sixteen, tmp_path / "out"
-    args = ("capture", *TINY, photos, "--batch-size", "4")
-    hd(*args, "-o", out, kill_at="checkpoint-2")
+    photos, whole, out, args = _killed_after_two_batches(tmp_path, sixteen)
     good = (photos / "img_013.png").read_bytes()
     try:
         (photos / "img_013.png").write_bytes(good[: len(good) // 2])  # cut: its header check fails
