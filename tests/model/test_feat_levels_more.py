@@ -34,15 +34,6 @@ def manifest(out: Path) -> dict:
     return json.loads((out / "manifest.json").read_text())
 
 
-@pytest.mark.parametrize(
-    ("name", "specs", "indices", "files"),
-    [
-        # ViTs: features_only's default out_indices are the last three blocks; feat:3 is still blocks.3
-        ("vit_tiny_patch16_224", ["feat:3", "feat:-1"], (3, 11), ["blocks.3", "blocks.11"]),
-        # SelecSLS: six levels, features_only's default returns five; feat:5 (feat:-1) is head.3
-        ("selecsls42b", ["feat:0", "feat:-1"], (0, 5), ["stem.2", "head.3"]),
-    ],
-)
 def captured(cli, name: str, seed: int, folder: Path, *args: object) -> tuple[torch.nn.Module, Path, object]:
     """``name`` with seeded weights (the model, for the oracle) captured with ``args`` into ``folder/out``
     through the CLI, checked to exit 0."""
@@ -53,6 +44,15 @@ def captured(cli, name: str, seed: int, folder: Path, *args: object) -> tuple[to
     return base, out, result
 
 
+@pytest.mark.parametrize(
+    ("name", "specs", "indices", "files"),
+    [
+        # ViTs: features_only's default out_indices are the last three blocks; feat:3 is still blocks.3
+        ("vit_tiny_patch16_224", ["feat:3", "feat:-1"], (3, 11), ["blocks.3", "blocks.11"]),
+        # SelecSLS: six levels, features_only's default returns five; feat:5 (feat:-1) is head.3
+        ("selecsls42b", ["feat:0", "feat:-1"], (0, 5), ["stem.2", "head.3"]),
+    ],
+)
 def test_k_indexes_feature_info_not_the_default_out_indices(
     cli,
     tmp_path: Path,
