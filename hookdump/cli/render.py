@@ -25,5 +25,6 @@ def result(found: Any, json_out: bool) -> None:
 
 
 def as_json(data: Any) -> str:
-    """Valid JSON always: a float that is not finite is null (``store.nonfinite``; notes say which)."""
+    """Valid JSON always: a float that is not finite is null (``store.formats.nonfinite``; notes say
+    which)."""
     return json.dumps(nonfinite.safe(data), indent=2, allow_nan=False)

@@ -55,8 +55,8 @@ def tensor_section(s: Section, first: str, images: int) -> str:
 
 
 def _nonfinite(s: Section) -> str:
-    """The NaN and Inf the tensor holds, in words (the one phrasing of ``store.nonfinite``), and how the
-    numbers and the picture treat them; nothing when it holds none."""
+    """The NaN and Inf the tensor holds, in words (the one phrasing of ``store.formats.nonfinite``), and how
+    the numbers and the picture treat them; nothing when it holds none."""
     found = nonfinite.Count(int(s.stats.get("nan") or 0), int(s.stats.get("inf") or 0), math.prod(s.shape))
     drawn = "; the picture draws them in magenta" if s.picture else ""
     return "".join(

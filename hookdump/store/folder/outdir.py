@@ -54,7 +54,7 @@ def in_the_way(
         pattern.append(rf"(?:{drawn})(\.img\d+)?(\.overlay|\.gradcam)?\.png")
     if "safetensors" in formats:
         pattern.append(r"tensors(-\d+-of-\d+)?\.safetensors|tensors\.safetensors\.index\.json")
-    pattern.append(re.escape("inputs.parquet"))  # the inputs' table (store/inputtable.py)
+    pattern.append(re.escape("inputs.parquet"))  # the inputs' table (store/folder/inputtable.py)
     mine = set(ours)
     try:
         names = sorted(os.listdir(out)) if pattern else []
