@@ -7,6 +7,7 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_LAYER = 3
 EXIT_INPUT = 4
+EXIT_STORAGE = 5
 
 
 class HookdumpError(Exception):
@@ -40,6 +41,13 @@ class InputError(HookdumpError):
     """A bad image, checkpoint, model name, config or plugin."""
 
     exit_code = EXIT_INPUT
+
+
+class StorageError(HookdumpError):
+    """A storage behind a URL that stopped answering (the network, the server) after hookdump tried again:
+    nothing half-written is committed, and the same command (with ``--resume``) continues."""
+
+    exit_code = EXIT_STORAGE
 
 
 class NoMap(InputError):

@@ -10,11 +10,14 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 # The helper modules' asserts explain themselves as a test's do (they were the test files' own helpers).
-pytest.register_assert_rewrite("cli_errors", "common", "dataset_inputs", "helpers", "read_back", "slow_runs")
+pytest.register_assert_rewrite(
+    "cli_errors", "common", "dataset_inputs", "helpers", "read_back", "s3server", "slow_runs"
+)
 
 from common import CHECKOUT, PLUGINS, SKIMAGE_DATA, Cli  # noqa: E402
 
@@ -25,8 +28,20 @@ LITE0_SCRIPT = CHECKOUT / "scripts" / "lite0_checkpoint.py"
 def _work_in_a_temporary_folder(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No test reads or writes the current folder: each runs in a fresh empty one (the default --out)."""
+    """No test reads or writes the current folder: each runs in a fresh empty one (the default --out);
+    nor the user's cache: fetched inputs go to a cache of the test's own (``HOOKDUMP_CACHE``)."""
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+    monkeypatch.setenv("HOOKDUMP_CACHE", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[Any]:
+    """A real S3-compatible server on 127.0.0.1 (moto's; ``s3server.S3``), for the session."""
+    from s3server import S3  # for speed: boto3 and moto load only for the tests that use them
+
+    server = S3()
+    yield server
+    server.stop()
 
 
 def _checkout_state() -> str | None:

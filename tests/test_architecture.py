@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "hookdump"
-GROUND = {"errors", "units", "failures", "digest", "version", "patterns"}
+GROUND = {"errors", "units", "failures", "digest", "version", "patterns", "urls"}
 MAY_IMPORT: dict[str, set[str]] = {
     "ground": set(),
     "model": {"ground"},

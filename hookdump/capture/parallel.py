@@ -17,6 +17,7 @@ import torch
 
 from ..errors import HookdumpError, InputError, Interrupted, UsageError
 from ..inputs import shards
+from ..inputs.fetch import shown
 from ..store.folder.journal import read_progress
 from ..store.folder.reader import read_manifest
 from .merge import MergeResult, merge
@@ -71,7 +72,7 @@ def shard_of(
             f" {opts.batch_size}.",
             "Use fewer shards, or a smaller --batch-size.",
         )
-    run = run_id(record, [str(p) for p in paths])
+    run = run_id(record, [shown(p) for p in paths])
     return paths[first:last], {
         "index": index,
         "count": count,

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from ..inputs import files, loader, transforms
+from ..inputs.fetch import shown
 from ..inputs.spec import InputSpec
 from ..model import attention, inventory, layers, layouts, opspecs, sources
 from ..model.device import resolve_device
@@ -123,7 +124,7 @@ def plan(
         first, last = shard["first_row"], shard["first_row"] + shard["rows"]  # its own skipped files only
         skipped = [s for s, k in zip(skipped, where, strict=True) if first <= k < last or k == last == total]
     if progress is not None:  # the inputs it captures (a shard's)
-        check_same_run(progress, record, [str(p) for p in paths])
+        check_same_run(progress, record, [shown(p) for p in paths])
     elif opts.resume and source is not None and outdir.nothing_written(opts.out):
         notes.append(outdir.starts_again(opts.out))  # killed before its first batch: the writer starts over
     if decode and source is not None:  # what the run decodes (this shard's): refused where it would be

@@ -14,6 +14,7 @@ import torch
 from .. import units
 from ..errors import Interrupted
 from ..inputs import classfolders, files, loader
+from ..inputs.fetch import shown
 from ..inputs.files import skipped_note
 from ..inputs.records import finisher, frame_notes
 from ..inputs.records import records as input_records
@@ -46,7 +47,7 @@ def run(
     torch_device = resolve_device(opts.device)
     shard_bytes = units.parse_size(opts.shard_size) if opts.shard_size else None
     options_record = header.options_record(source, list(layer_specs), spec, opts, found.rerun)
-    input_list = [str(p) for p in found.paths]
+    input_list = [shown(p) for p in found.paths]
     with Writer(
         opts.out,
         opts.formats,
@@ -118,7 +119,7 @@ def run(
         finally:
             behind.close(errors=False)
             batches.close()  # decoding workers exit now, not when the interpreter does
-        if found.paths and state.skipped and {str(p) for p in found.paths} <= state.skipped_paths:
+        if found.paths and state.skipped and {shown(p) for p in found.paths} <= state.skipped_paths:
             raise files.none_readable(state.skipped)  # every image failed to decode (--skip-bad)
         results = recorder.entries()
         modules = dict(net.named_modules())

@@ -12,7 +12,9 @@ from typing import Any
 from ..errors import InputError, UsageError
 from ..model.sources.timm.names import ALIASES
 from ..units import first_few
-from . import forks, parts, shards, tables
+from ..urls import is_url
+from . import fetch, forks, parts, shards, tables
+from .fetch import shown
 from .images import check_image, load_formats, open_image
 from .spec import InputSpec, sample_path
 from .transforms import model_mode
@@ -59,7 +61,7 @@ def collect(
             )
 
     def check(path: Path) -> None:
-        if not unchanged or str(path) not in unchanged:
+        if not unchanged or shown(path) not in unchanged:
             check_image(path, spec.image_part)
 
     kept = _kept(found, check, skipped, where)
@@ -102,7 +104,7 @@ def _kept(
         if skipped is None or not isinstance(exc, InputError):
             raise exc
         kept += paths[last:index]
-        skipped.append({"path": str(paths[index]), "reason": exc.message})
+        skipped.append({"path": shown(paths[index]), "reason": exc.message})
         if where is not None:
             where.append(len(kept))
         last = index + 1
@@ -121,22 +123,20 @@ def none_readable(skipped: list[dict[str, str]]) -> InputError:
 def _expand(
     text: str, spec: InputSpec, skip: frozenset[Path], left_out: list[Path], listed: bool = False
 ) -> list[Path]:
+    if is_url(text):
+        return _remote(text, spec)
     kind = parts.named(text, listed)
     if kind is not None:  # tar shards, Parquet, a save_to_disk folder: each part, FILE::KEY, in order
         return kind.addresses(text, spec)
     if text.startswith("@"):
-        listing = Path(text[1:])
-        if not listing.is_file():
-            raise InputError(f"List file `{listing}` does not exist.", "Write one image path a line in it.")
-        lines = [ln.strip() for ln in listing.read_text().splitlines()]
-        paths = [Path(ln) for ln in lines if ln and not ln.startswith("#")]
-        if not paths:
-            raise InputError(f"List file `{listing}` holds no images.", "Write one image path a line in it.")
-        paths = [p if p.exists() or p.is_absolute() else listing.parent / p for p in paths]
         return [
-            m
-            for p in paths
-            for m in (_expand(str(p), spec, skip, left_out, True) if parts.named(str(p), True) else [p])
+            item
+            for line in _listed(text[1:])
+            for item in (
+                _expand(line, spec, skip, left_out, True)
+                if is_url(line) or parts.named(line, True)
+                else [Path(line)]
+            )
         ]
     path = Path(text)
     if path.is_dir() and path.resolve() in skip:
@@ -172,6 +172,48 @@ def _expand(
             f"Give the model with -m: hookdump capture -m {text} IMAGES... -l LAYER.",
         )
     raise InputError(f"Input `{text}` does not exist.", "Pass image files, folders, globs or @list.txt.")
+
+
+def _listed(listing: str) -> list[str]:
+    """The inputs an ``@list`` file names, a line each (``#`` a comment); a relative path is relative to
+    the list's folder, or, for a list behind a URL, to the URL's."""
+    if is_url(listing):
+        file = fetch.fetch(fetch.expand(listing, "list file"))[0]
+    else:
+        file = Path(listing)
+        if not file.is_file():
+            raise InputError(f"List file `{listing}` does not exist.", "Write one image path a line in it.")
+    lines = [ln.strip() for ln in file.read_text().splitlines()]
+    names = [ln for ln in lines if ln and not ln.startswith("#")]
+    if not names:
+        raise InputError(f"List file `{listing}` holds no images.", "Write one image path a line in it.")
+    if is_url(listing):
+        base = listing.rpartition("/")[0]
+        return [n if is_url(n) or n.startswith("/") else f"{base}/{n}" for n in names]
+    return [n if Path(n).exists() or Path(n).is_absolute() else str(file.parent / n) for n in names]
+
+
+def _remote(url: str, spec: InputSpec) -> list[Path]:
+    """The inputs a URL names, fetched into the local cache (``fetch``): its images, and each tar shard's
+    samples or table's rows (a kind of ``parts`` by the object's name)."""
+    objects = fetch.expand(url)
+    kinds = [parts.named(name, True) for name, _ in objects]
+    wanted = [
+        (o, k)
+        for o, k in zip(objects, kinds, strict=True)
+        if k or Path(o[0]).suffix.lower() in IMAGE_SUFFIXES
+    ]
+    if not wanted:
+        raise InputError(
+            f"`{url}` holds no images (nor tar shards, nor Parquet files).",
+            f"hookdump reads {', '.join(sorted(IMAGE_SUFFIXES))}, .tar and .parquet.",
+        )
+    local = fetch.fetch([o for o, _ in wanted])
+    return [
+        part
+        for path, (_, kind) in zip(local, wanted, strict=True)
+        for part in (kind.addresses(str(path), spec) if kind else [path])
+    ]
 
 
 def _is_model_name(text: str) -> bool:

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..digest import sha256
-from . import parts, pixels
+from ..urls import is_url
+from . import fetch, parts, pixels
+from .fetch import shown
 from .opening import checked_bytes, opened, unreadable
 
 if TYPE_CHECKING:
@@ -19,11 +21,12 @@ if TYPE_CHECKING:
 def check_image(path: Path, image_key: str | None = None) -> None:
     """The file exists and its header is an image (cheap: nothing decoded)."""
     fix = "Fix the path (in @list files, one path a line)."
-    with opened(path, f"Input `{path}`", fix, image_key) as image:
+    name = f"Input `{shown(path)}`"
+    with opened(path, name, fix, image_key) as image:
         try:
             image.verify()
         except (OSError, SyntaxError) as exc:
-            raise unreadable(f"Input `{path}`", exc) from exc
+            raise unreadable(name, exc) from exc
 
 
 def load_formats() -> None:
@@ -35,7 +38,10 @@ def load_formats() -> None:
 
 
 def digest(path: Path | str, image_key: str | None = None) -> str:
-    """The sha256 of an input: of its file, or of the image bytes of a shard's sample or a table's row."""
+    """The sha256 of an input: of its file, or of the image bytes of a shard's sample or a table's row; an
+    input named by its URL (a journal's record) is fetched again first if the object changed."""
+    if is_url(str(path)):
+        path = fetch.current(str(path))
     encoded = parts.image_bytes(path, image_key)
     return sha256(path) if encoded is None else hashlib.sha256(encoded).hexdigest()
 
@@ -57,14 +63,14 @@ def stamp(path: Path) -> tuple[int, int]:
 
 def describe(path: Path, mode: str = "RGB", image_key: str | None = None) -> dict[str, Any]:
     """What ``open_image(path, mode)`` does to the file, read from its header (nothing decoded)."""
-    with opened(path, f"`{path}`", "Pass an existing image file.", image_key) as image:
+    with opened(path, f"`{shown(path)}`", "Pass an existing image file.", image_key) as image:
         return pixels.record_of(image, mode)
 
 
 def open_image(path: Path, mode: str = "RGB", option: str = "", image_key: str | None = None) -> PILImage:
     """The image decoded, turned upright as its EXIF says, converted to ``mode`` as ``pixels.plan_of``
     decides."""
-    name = f"{option} `{path}`".strip()
+    name = f"{option} `{shown(path)}`".strip()
     with opened(path, name, "Pass an existing image file.", image_key) as image:
         return pixels.decoded(image, mode, name)
 
@@ -72,7 +78,7 @@ def open_image(path: Path, mode: str = "RGB", option: str = "", image_key: str |
 def read(path: Path, mode: str = "RGB", image_key: str | None = None) -> tuple[PILImage, dict[str, Any]]:
     """``open_image`` and the input's record, from its bytes read once: ``path``, the ``sha256`` of those
     bytes (``digest``'s) and what ``describe`` says."""
-    name, missing = f"`{path}`", "Pass an existing image file."
+    name, missing = f"`{shown(path)}`", "Pass an existing image file."
     data = parts.image_bytes(path, image_key)
     if data is None:  # a file: read at once, and only if that fails asked why (a folder, missing, empty)
         try:
@@ -86,7 +92,7 @@ def read(path: Path, mode: str = "RGB", image_key: str | None = None) -> tuple[P
     with opened(path, name, missing, image_key, data) as image:
         plan = pixels.plan_of(image, mode)
         record = {
-            "path": str(path),
+            "path": shown(path),
             "sha256": hashlib.sha256(data).hexdigest(),
             **pixels.record_of(image, mode, plan),
         }

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..errors import InputError
 from . import sizes
+from .fetch import shown
 from .images import labels, read
 from .transforms import eval_transform, model_mode
 
@@ -122,7 +123,7 @@ def batches(
             if failures and not skip_bad:
                 _, message, hint = failures[0]
                 raise InputError(message, hint or None)
-            failed = [{"path": str(paths[i]), "reason": message} for i, message, _ in failures]
+            failed = [{"path": shown(paths[i]), "reason": message} for i, message, _ in failures]
             yield Batch([paths[i] for i in kept], stacked, failed, records)
     finally:
         _stop_workers(iterator)

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..units import first_few
 from . import classfolders
+from .fetch import shown
 from .images import describe, digest, labels
 from .spec import InputSpec
 from .transforms import model_mode
@@ -29,21 +30,21 @@ def records(
         return [{"random": True, "seed": source.seed, "shape": [1, *config["input_size"]]}]
     made = made or []
     if len(made) == len(paths) and all(
-        "mode" in r and r["path"] == str(p) for r, p in zip(made, paths, strict=True)
+        "mode" in r and r["path"] == shown(p) for r, p in zip(made, paths, strict=True)
     ):  # every input decoded by this run (or the run it resumes), in order: the usual case
         return made
     mode, key, known = model_mode(config), source.image_part, {r["path"]: r for r in made}
 
     def record(path: Path) -> dict[str, Any]:
         nonlocal finish
-        found = known.get(str(path), {})
+        found = known.get(shown(path), {})
         if "mode" in found:
             return found
         # Not decoded by this run (a --resume of a run whose journal kept each input's sha256 alone).
         finish = finish or finisher(paths, source)
         return finish(
             {
-                "path": str(path), "sha256": found.get("sha256") or digest(path, key),
+                "path": shown(path), "sha256": found.get("sha256") or digest(path, key),
                 **describe(path, mode, key), **labels(path, source.label_column),
             }
         )  # fmt: skip
