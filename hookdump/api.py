@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from . import urls
 from .analysis.diff import DiffResult, diff
 from .analysis.similarity import Similarity, compare
 from .analysis.top import TopResult, top
@@ -76,6 +77,7 @@ def plan(
     options: CaptureOptions | None = None,
     decode: bool = True,
     transform: Transform | None = None,
+    storage_options: dict[str, Any] | None = None,
     **option_values: Any,
 ) -> CapturePlan:
     """The preflight ``capture`` runs before its first batch, and ``--dry-run`` is: check everything that
@@ -91,11 +93,14 @@ def plan(
         options / option_values: a ``CaptureOptions``, or its fields as keywords (``out=..., batch_size=8``).
         decode: decode every input as the run would (a truncated file is refused here too); ``capture``,
             which decodes them anyway, turns it off.
+        storage_options: the options of the storage behind the URLs among the inputs and ``out``
+            (``{"anon": True}``, ``{"endpoint_url": ...}``: fsspec's); credentials come from the usual places.
     """
     opts = dataclasses.replace(options or CaptureOptions(), **option_values)
-    return preflight.plan(
-        layer_specs, model, images, opts, input_size=input_size, decode=decode, transform=transform
-    )
+    with urls.given(storage_options):
+        return preflight.plan(
+            layer_specs, model, images, opts, input_size=input_size, decode=decode, transform=transform
+        )
 
 
 def capture(
@@ -106,6 +111,7 @@ def capture(
     options: CaptureOptions | None = None,
     on_batch: Callable[[int, int, int], None] | None = None,
     transform: Transform | None = None,
+    storage_options: dict[str, Any] | None = None,
     **option_values: Any,
 ) -> CaptureResult:
     """Hook ``layer_specs``, run the images through the model in eval mode, write the tensors to ``out``.
@@ -122,14 +128,31 @@ def capture(
             of yours needs a timm ``pretrained_cfg`` (input size, mean, std).
         options / option_values: a ``CaptureOptions``, or its fields as keywords (``out=..., grad=True``).
         on_batch: called after each batch reached the disk with (images done, images in all, bytes written).
+        storage_options: as for ``plan``; never printed, never in the manifest.
     """
+    with urls.given(storage_options):
+        return _capture(images, layer_specs, model, options, on_batch, transform, option_values)
+
+
+def _capture(
+    images: InputSpec | list[str] | tuple[str, ...],
+    layer_specs: list[str] | tuple[str, ...],
+    model: Model,
+    options: CaptureOptions | None,
+    on_batch: Callable[[int, int, int], None] | None,
+    transform: Transform | None,
+    option_values: dict[str, Any],
+) -> CaptureResult:
     started = launch.begin(options, option_values)
+    done = launch.publish_pending(options, option_values)  # --resume of a capture published only in part
+    if done is not None:
+        return done
     found = plan(
         layer_specs, model=model, images=images, options=options, decode=False, transform=transform,
         **option_values,
     )  # fmt: skip
     result = launch.capture(found, list(layer_specs), started, on_batch)
     if found.options.png and parallel.world()[0] == 0:
-        shown = capture_pictures(result.out, result.inputs)
+        shown = capture_pictures(found.options.folder, result.inputs)  # (never a URL: refused with --png)
         result.pictures, result.notes = [r.path for r in shown.rendered], result.notes + shown.notes
     return result

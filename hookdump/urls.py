@@ -22,7 +22,7 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
 #: The package behind each scheme that fsspec does not carry itself, all in hookdump's ``cloud`` extra.
 PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "hf": "huggingface_hub"}
 EXTRA = "cloud"
-ATTEMPTS = 5  # tries of one call before the network counts as down
+ATTEMPTS = int(os.environ.get("HOOKDUMP_STORAGE_ATTEMPTS") or 5)  # tries of a call: then the network is down
 #: Failures of the network (the server down or slow, a dropped connection) by exception name, and by the
 #: error code a storage service answers (throttling, its own trouble): worth trying again.
 NETWORK = frozenset(
@@ -193,6 +193,12 @@ def refusal(url: str, exc: BaseException, role: str, what: str, attempts: int = 
     if code in {"NoSuchBucket"} or "bucket does not exist" in str(exc).lower():
         return error(
             f"`{url}`: its bucket does not exist.", "Check the bucket's name, or create the bucket first."
+        )
+    if isinstance(exc, TypeError) and "keyword argument" in str(exc):
+        return UsageError(
+            f"The storage options given for `{url}` ({', '.join(sorted(_options)) or 'none'}) are not all"
+            f" ones `{scheme(url)}://` takes: {exc}",
+            "Check the --storage-option keys (the file system's own: anon, endpoint_url, profile, ...).",
         )
     if isinstance(exc, FileNotFoundError) or code in {"NoSuchKey", "404"}:
         return error(f"`{url}` does not exist.", "Check the URL (and the storage options' endpoint).")

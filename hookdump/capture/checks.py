@@ -54,11 +54,11 @@ def check_options(opts: CaptureOptions) -> None:
     if opts.shard is not None:
         parallel.parse_shard(opts.shard)
     profile.check_target()  # HOOKDUMP_PROFILE's file: never a user's
-    check_free(opts.out)  # a folder another run is writing says so, whatever it holds
-    if parallel.check_ranks(opts.out, opts.overwrite, opts.resume):  # each rank resumes its own folder
-        outdir.check(opts.out, overwrite=True, resume=False)  # the folder itself: writable, on a disk
+    check_free(opts.folder)  # a folder another run is writing says so, whatever it holds
+    if parallel.check_ranks(opts.folder, opts.overwrite, opts.resume):  # each rank resumes its own folder
+        outdir.check(opts.folder, overwrite=True, resume=False)  # the folder itself: writable, on a disk
     else:
-        outdir.check(opts.out, opts.overwrite, opts.resume)
+        outdir.check(opts.folder, opts.overwrite, opts.resume)
 
 
 def check_op_values(names: list[str], ops: list[str], opts: CaptureOptions) -> list[str]:

@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..store.folder import commit, profile
+from ..store.folder import commit, profile, remote
+from ..store.folder.lease import Lease
+from ..store.folder.manifest import MANIFEST
 from ..store.folder.reader import finished_manifest
 from . import parallel, preflight, run
 from .options import CaptureOptions
@@ -23,8 +27,21 @@ def begin(options: CaptureOptions | None, option_values: dict[str, Any]) -> floa
     profile.reset()  # (a capture before this one in the process)
     if parallel.world()[1] > 1:
         parallel.check_no_shard(option_values.get("shard", options.shard if options else None))
-    commit.clean_finished(Path(dataclasses.replace(options or CaptureOptions(), **option_values).out))
+    commit.clean_finished(dataclasses.replace(options or CaptureOptions(), **option_values).folder)
     return started
+
+
+def publish_pending(options: CaptureOptions | None, option_values: dict[str, Any]) -> CaptureResult | None:
+    """``--resume`` of a capture into a URL that was finished but not all published (the network, a kill):
+    its publish finished, its result; None for any other capture."""
+    opts = dataclasses.replace(options or CaptureOptions(), **option_values)
+    url, started = opts.url, time.perf_counter()
+    if not (opts.resume and url is not None and remote.pending(opts.folder)):
+        return None
+    with Lease(url):
+        result = _publish(url, opts.folder, started)
+    result.notes.append(f"published the capture an earlier run finished into {url} (its upload had stopped)")
+    return result
 
 
 def capture(
@@ -35,9 +52,32 @@ def capture(
 ) -> CaptureResult:
     """What ``found`` planned, captured in this process, or on torchrun's ranks (``on_batch``: see
     ``api.capture``; the ranks report no batch)."""
-    if parallel.world()[1] > 1:
-        return _on_ranks(found, layer_specs, started)
-    return run.run(found, layer_specs, started, on_batch)
+    url = found.published
+    here = parallel.world()[0] == 0  # (under torchrun, rank 0 holds the lease and publishes)
+    with Lease(url) if url is not None and here else contextlib.nullcontext():
+        if parallel.world()[1] > 1:
+            result = _on_ranks(found, layer_specs, started)
+        else:
+            result = run.run(found, layer_specs, started, on_batch)
+        if url is None or not here:
+            return result
+        published = _publish(url, found.options.folder, started)
+    published.notes[:0] = result.notes
+    return published
+
+
+def _publish(url: str, folder: Path, started: float) -> CaptureResult:
+    """The finished capture in ``folder`` (the mirror) published to ``url``; its result, the manifest a
+    local copy beside the mirror (which goes)."""
+    data = finished_manifest(folder)
+    kept = folder.with_name(folder.name + "." + MANIFEST)
+    shutil.copyfile(folder / MANIFEST, kept)
+    result = from_manifest(folder, data, 0.0)
+    with profile.span("publish"):
+        remote.publish(folder, url)
+    return dataclasses.replace(
+        result, out=url, manifest=kept, notes=[], seconds=time.perf_counter() - started
+    )
 
 
 def _on_ranks(found: CapturePlan, layer_specs: list[str], started: float) -> CaptureResult:
@@ -54,5 +94,5 @@ def _on_ranks(found: CapturePlan, layer_specs: list[str], started: float) -> Cap
 
     shards = min(parallel.world()[1], -(-len(found.paths) // opts.batch_size))  # a rank without a batch idles
     merged = parallel.capture_on_ranks(run_shard, opts, max(shards, 1))
-    data = finished_manifest(opts.out)
-    return from_manifest(opts.out, data, time.perf_counter() - started, merged.tensors if merged else None)
+    data = finished_manifest(opts.folder)
+    return from_manifest(opts.folder, data, time.perf_counter() - started, merged.tensors if merged else None)

@@ -5,13 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import UsageError
+from ..store.folder import remote
+from ..urls import is_url
+
 
 @dataclass(frozen=True)
 class CaptureOptions:
     """How to capture: every option of ``hookdump capture`` but the model, the inputs and the layers.
 
     Attributes:
-        out: output folder; ``overwrite`` replaces a capture already there.
+        out: output folder, or a URL on object storage (``s3://bucket/acts``: written locally, then
+            published, manifest last); ``overwrite`` replaces a capture already there.
         formats: ``npy``, ``pt``, ``safetensors``.
         what: ``output``, ``input`` or ``both``.
         grad: also save the gradient of each captured output, for class ``target`` (default: top class).
@@ -30,7 +35,7 @@ class CaptureOptions:
         png: draw each tensor's grid (and heat map over the first photo) beside it, once the capture is done.
     """
 
-    out: Path = Path("hookdump-out")
+    out: Path | str = Path("hookdump-out")
     formats: tuple[str, ...] = ("npy",)
     what: str = "output"
     grad: bool = False
@@ -51,3 +56,19 @@ class CaptureOptions:
     attention: bool = False
     compile: bool = False
     png: bool = False
+
+    @property
+    def folder(self) -> Path:
+        """The local folder the capture is written to: ``out``, or for a URL its local mirror, from which it
+        is published (``store/folder/remote.py``)."""
+        if "\0" in str(self.out):
+            shown = str(self.out).replace("\0", "\\0")
+            raise UsageError(
+                f"--out `{shown}` holds a NUL character, which no file system takes.", "Choose another --out."
+            )
+        return remote.mirror(self.out) if is_url(self.out) else Path(self.out)
+
+    @property
+    def url(self) -> str | None:
+        """``out`` when it is a URL (a capture published to object storage), else None."""
+        return self.out if isinstance(self.out, str) and is_url(self.out) else None

@@ -130,7 +130,7 @@ def capture_on_ranks(
     import torch.distributed as dist
 
     rank, _, local = world()
-    out, device = opts.out, opts.device
+    out, device = opts.folder, opts.device
     if device == "auto" and torch.cuda.is_available():
         device = f"cuda:{local}"
     dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
@@ -178,19 +178,19 @@ def _gather_and_merge(
     import torch.distributed as dist
 
     rank, size, _ = world()
-    folder, result = opts.out / RANKS_FOLDER, None
+    folder, result = opts.folder / RANKS_FOLDER, None
     failures: list[str | None] = [None] * size
     dist.all_gather_object(failures, failure)
     failed = [f for f in failures if f]
     if failed:
         if rank == 0 and not opts.resume:  # nothing of a failed run stays (a resumed one keeps its own)
             shutil.rmtree(folder, ignore_errors=True)
-            if created and opts.out.is_dir() and not any(opts.out.iterdir()):
-                opts.out.rmdir()
+            if created and opts.folder.is_dir() and not any(opts.folder.iterdir()):
+                opts.folder.rmdir()
         raise InputError(failed[0], "The other ranks stopped with it; fix that rank's problem and rerun.")
     if rank == 0:
         parts = [folder / f"rank-{r}" for r in range(shards)]
-        result = merge(parts, opts.out, overwrite=opts.overwrite or opts.resume)
+        result = merge(parts, opts.folder, overwrite=opts.overwrite or opts.resume)
         shutil.rmtree(folder, ignore_errors=True)
     dist.barrier()
     return result

@@ -11,12 +11,13 @@ from typing import Any
 
 import torch
 
+from ..errors import UsageError
 from ..inputs import files, loader, transforms
 from ..inputs.fetch import shown
 from ..inputs.spec import InputSpec
 from ..model import attention, inventory, layers, layouts, opspecs, sources
 from ..model.device import resolve_device
-from ..store.folder import commit, outdir, profile
+from ..store.folder import commit, outdir, profile, remote
 from ..store.folder.journal import SCRATCH, check_inputs_unchanged, check_same_run, read_progress
 from ..store.formats import choices
 from . import budget, checks, header, parallel, reduce, scores
@@ -36,7 +37,16 @@ def plan(
     transform: Transform | None = None,
 ) -> CapturePlan:
     """``api.plan`` (its docstring says what it checks) with the options made: ``opts``."""
-    opts = dataclasses.replace(opts, out=Path(opts.out), formats=choices.parse_formats(opts.formats))
+    published = opts.url
+    if published is not None:  # written to a local mirror first (``opts.folder``), published when whole
+        if opts.png:
+            raise UsageError(
+                f"--png draws beside the tensors, in a local folder, not in `{published}`.",
+                f"Capture without --png, then draw with hookdump show {published} -o FOLDER.",
+            )
+        remote.check(published, opts.overwrite, opts.resume)
+    out = opts.out if published is not None else Path(opts.out)
+    opts = dataclasses.replace(opts, out=out, formats=choices.parse_formats(opts.formats))
     checks.check_options(opts)
     on_ranks = parallel.world()[1] > 1 and opts.shard is None  # torchrun: each rank plans its shard again
     spec = model_spec(model, transform)
@@ -59,14 +69,16 @@ def plan(
     skipped: list[dict[str, str]] = []
     where: list[int] = []  # how many images come before each skipped file
     walk_notes: list[str] = []
-    progress = read_progress(opts.out) if opts.resume and source is not None else None
+    progress = read_progress(opts.folder) if opts.resume and source is not None else None
     journal: list[dict[str, Any]] = []  # the records of the inputs already captured, each hashed again
     if progress is not None:  # (under torchrun each rank checks its own shard's)
         with profile.span("resume check", forks=True):
-            journal = check_inputs_unchanged(opts.out, progress)
+            journal = check_inputs_unchanged(opts.folder, progress)
     unchanged = frozenset(record["path"] for record in journal)  # (their headers are good)
     paths = (
-        files.collect(source, (opts.out,), skipped if opts.skip_bad else None, where, walk_notes, unchanged)
+        files.collect(
+            source, (opts.folder,), skipped if opts.skip_bad else None, where, walk_notes, unchanged
+        )
         if source
         else []
     )
@@ -93,7 +105,11 @@ def plan(
     if opts.grad:  # the run's own check of the scores, on the traced output: --dry-run says the same
         scores.check(found.returns, opts.target, name.requested, found.returns_plain)
     outdir.check_file_names([t.path for t in targets], opts.formats)
-    outdir.in_the_way(opts.out, [t.path for t in targets], opts.formats, commit.owned(opts.out), opts.png)
+    outdir.in_the_way(
+        opts.folder, [t.path for t in targets], opts.formats, commit.owned(opts.folder), opts.png
+    )
+    if published is not None:
+        remote.in_the_way(published, outdir.written([t.path for t in targets], opts.formats))
     tree = ModuleTree(name.requested, name.timm_name, found, name.notes + found.notes)
     typed = meta_model if meta_model is not None else load_real()[0]  # module types are all it needs
     channels_last = layouts.channels_last_paths(typed, [t.path for t in targets])
@@ -125,8 +141,10 @@ def plan(
         skipped = [s for s, k in zip(skipped, where, strict=True) if first <= k < last or k == last == total]
     if progress is not None:  # the inputs it captures (a shard's)
         check_same_run(progress, record, [shown(p) for p in paths])
-    elif opts.resume and source is not None and outdir.nothing_written(opts.out):
-        notes.append(outdir.starts_again(opts.out))  # killed before its first batch: the writer starts over
+    elif opts.resume and source is not None and outdir.nothing_written(opts.folder):
+        notes.append(
+            outdir.starts_again(opts.folder)
+        )  # killed before its first batch: the writer starts over
     if decode and source is not None:  # what the run decodes (this shard's): refused where it would be
         if config.get("callable") is not None:  # a caller's transform, run as the run runs it: its sizes
             notes += loader.planned_sizes(paths, config, opts.batch_size, opts.skip_bad)
@@ -138,12 +156,13 @@ def plan(
     sizes = budget.per_layer(found, targets, opts, rows, channels_last)
     needed = budget.total(sizes, opts)
     notes += filter(None, [budget.shard_size_note(sizes, opts)])
-    budget.check_fits(needed, opts.out, already=_bytes_in(opts.out / SCRATCH) if opts.resume else 0)
+    budget.check_fits(needed, opts.folder, already=_bytes_in(opts.folder / SCRATCH) if opts.resume else 0)
     if spec.pretrained and not (progress or {}).get("committing") and not on_ranks:
         load_real()  # weights from a hub or a download: only getting them tells whether they can be had
     return CapturePlan(
         tree, targets, spec, opts, source, paths, config, notes, load_real, sizes, needed, skipped, progress,
         shard, save_as, channels_last, prefix_tokens, class_token, origin.record, origin.rerun, journal,
+        published,
     )  # fmt: skip
 
 

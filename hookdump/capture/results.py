@@ -43,8 +43,8 @@ class ModuleTree:
 class CaptureResult:
     """What a capture wrote, and what the user should be told about it."""
 
-    out: Path
-    manifest: Path
+    out: Path | str  # a URL for a capture published to object storage
+    manifest: Path  # (a capture published: a local copy of the manifest it published)
     requested: str
     timm_name: str | None
     device: str
@@ -106,6 +106,7 @@ class CapturePlan:
     model_record: dict[str, Any] = field(default_factory=dict)  # the source's keys of the manifest's model
     rerun: str = ""  # the options record's model (a caller's module: its class and state-dict digest)
     journal: list[dict[str, Any]] = field(default_factory=list)  # --resume: the captured inputs' records
+    published: str | None = None  # --out a URL: where the capture, written to ``options.out``, goes
 
     @property
     def modules(self) -> list[ModuleInfo]:

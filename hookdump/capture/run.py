@@ -49,7 +49,7 @@ def run(
     options_record = header.options_record(source, list(layer_specs), spec, opts, found.rerun)
     input_list = [shown(p) for p in found.paths]
     with Writer(
-        opts.out,
+        opts.folder,
         opts.formats,
         opts.save_dtype,
         opts.overwrite,
@@ -59,11 +59,11 @@ def run(
         planned=(found.progress, found.journal),
     ) as writer:
         if opts.overwrite:  # what an interrupted torchrun capture left goes too
-            shutil.rmtree(opts.out / parallel.RANKS_FOLDER, ignore_errors=True)
+            shutil.rmtree(opts.folder / parallel.RANKS_FOLDER, ignore_errors=True)
         if writer.committed:  # --resume of a run stopped in its final moves: the writer finished them
-            data = finished_manifest(opts.out)
+            data = finished_manifest(opts.folder)
             data["notes"] = [*data["notes"], *writer.notes]
-            return from_manifest(opts.out, data, time.perf_counter() - started)
+            return from_manifest(opts.folder, data, time.perf_counter() - started)
         net, weight_notes = found.load()
         net.to(torch_device)
         recorder = prepare.recorder(net, found)
@@ -103,7 +103,9 @@ def run(
             total = len(found.paths) or 1
             advice = manifest.resume_advice(opts.overwrite)
             writer.suspend(manifest.incomplete(options_record, writer.images_done, total, advice))
-            return Interrupted(code, _interrupted_text(opts.out, writer.images_done, total, writer, advice))
+            return Interrupted(
+                code, _interrupted_text(opts.folder, writer.images_done, total, writer, advice)
+            )
 
         batches = prepare.batches(found, state.batches)
         loop = profile.add("setup", started)
@@ -170,8 +172,8 @@ def run(
         notes += writer.commit_notes
     profile.dump({"run": time.perf_counter() - started})
     return CaptureResult(
-        out=opts.out,
-        manifest=opts.out / manifest.MANIFEST,
+        out=opts.folder,
+        manifest=opts.folder / manifest.MANIFEST,
         requested=name.requested,
         timm_name=name.timm_name,
         device=str(torch_device),

@@ -20,8 +20,10 @@ from .options import (
     ModelArgOpt,
     ModelOpt,
     PrintConfigOpt,
+    StorageOpt,
     size_of,
     spec_of,
+    storage_options,
 )
 
 
@@ -71,7 +73,10 @@ def capture_command(
         str | None, typer.Option(metavar="NAME", help="Parquet / datasets inputs: the column of labels.")
     ] = None,
     input_size: InputSizeOpt = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("hookdump-out"),
+    out: Annotated[
+        str,
+        typer.Option("--out", "-o", help="Output folder, or a URL (s3://bucket/acts: published when whole)."),
+    ] = "hookdump-out",
     fmt: Annotated[str, typer.Option("--format", help="npy, pt, safetensors; comma-separated.")] = "npy",
     what: Annotated[str, typer.Option(help="output, input or both.")] = "output",
     grad: Annotated[bool, typer.Option("--grad", help="Also save gradients of the outputs.")] = False,
@@ -127,6 +132,7 @@ def capture_command(
     png: Annotated[
         bool, typer.Option("--png", help="Draw each tensor's grid (and heat map over the photo) beside it.")
     ] = False,
+    storage_option: StorageOpt = None,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
     config: ConfigOpt = None,
@@ -153,14 +159,16 @@ def capture_command(
     if int(os.environ.get("RANK", "0")) > 0:  # under torchrun, rank 0 alone speaks
         quiet, json_out = True, False
     with shell.user_output_to_stderr(json_out):
+        storage = storage_options(storage_option)
         if dry_run:
-            found = api.plan(layer or [], model=spec, images=source, options=options)
+            found = api.plan(layer or [], model=spec, images=source, options=options, storage_options=storage)
         else:
             bar = progress.Progress(enabled=not quiet)
             with bar:
                 result = api.capture(
-                    source, layer or [], model=spec, options=options, on_batch=process.trimmed(bar.update)
-                )
+                    source, layer or [], model=spec, options=options, on_batch=process.trimmed(bar.update),
+                    storage_options=storage,
+                )  # fmt: skip
     if dry_run:
         render.notes(found.tree.notes + found.notes)
         typer.echo(render.as_json(summaries.plan_dict(found)) if json_out else summaries.plan(found))

@@ -21,6 +21,7 @@ from typer._coercion import TypeDescriptor
 from typer.core import TyperArgument, TyperOption
 
 from ..errors import InputError, did_you_mean
+from ..urls import is_url
 from .config_manifest import manifest_entries, schema_notes
 
 _SKIP_KEYS = {"config", "print_config", "help"}  # options about the config itself, never config keys
@@ -125,6 +126,9 @@ def _toml_entries(path: Path, text: str, table_names: tuple[str, ...]) -> list[E
         raise InputError(
             f"{where}: invalid TOML: {message}.", "See https://toml.io for the syntax."
         ) from None
+    storage = data.pop("storage", None)  # [storage]: the storage options, as --storage-option KEY=VALUE
+    if storage is not None and not isinstance(storage, dict):
+        raise InputError(f"{path}: `storage` must be a table ([storage]), not {_describe(storage)}.")
     tables = [name for name in _TABLES["capture"] + _TABLES["list-modules"] if name in data]
     own = [name for name in tables if name in table_names]
     if len(own) > 1:
@@ -134,6 +138,9 @@ def _toml_entries(path: Path, text: str, table_names: tuple[str, ...]) -> list[E
         if not isinstance(data[name], dict):
             raise InputError(f"{path}: `{name}` must be a table ([{name}]), not {_describe(data[name])}.")
         entries += [(name, k, v) for k, v in data[name].items()]
+    if storage:
+        given = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in storage.items()]
+        entries.append(("storage", "storage_option", given))
     return entries
 
 
@@ -204,6 +211,8 @@ def resolve(key: str, param: Parameter, value: Any, base: Path) -> Any:
     """Relative paths in the value made absolute against ``base``; module names and the rest unchanged."""
     if key == "images":
         return [_path(v, base) for v in value]
+    if key == "out":  # a folder, or a URL
+        return _path(value, base)
     if key == "import":
         return [_path(v, base) if v.endswith(".py") or "/" in v else v for v in value]
     described = _described(param)
@@ -219,5 +228,7 @@ def _path(text: str, base: Path) -> str:
     """Absolute ``text`` (a path or glob) against ``base``; a leading ``@`` (a list file) is kept."""
     if text.startswith("@"):
         return "@" + _path(text[1:], base)
+    if is_url(text):
+        return text
     text = os.path.expanduser(text)
     return text if os.path.isabs(text) else os.path.normpath(os.path.join(base, text))

@@ -22,6 +22,8 @@ def effective(values: dict[str, Any], command: Command) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for key, param in config_keys(command).items():
+        if key == "storage_option":  # they may hold credentials: never printed
+            continue
         value = values.get(param.name)
         if value is None or (isinstance(value, list | tuple) and not value):
             continue

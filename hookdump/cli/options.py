@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from .. import urls
 from . import shell
 
 ModelOpt = Annotated[
@@ -53,6 +54,15 @@ ConfigOpt = Annotated[
         help="TOML file (or a capture's manifest.json) whose keys are these options; flags given here win.",
     ),
 ]
+StorageOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--storage-option",
+        metavar="KEY=VALUE",
+        help="An option of the storage behind a URL (anon=true, endpoint_url=URL, profile=NAME); repeatable;"
+        " a [storage] table in --config. Never printed, never recorded.",
+    ),
+]
 AllowDifferentInputsOpt = Annotated[
     bool, typer.Option("--allow-different-inputs", help="Compare even when the inputs' sha256 differ.")
 ]
@@ -77,3 +87,8 @@ def size_of(text: str | None) -> tuple[int, int, int] | None:
     from ..inputs.spec import parse_input_size
 
     return parse_input_size(text) if text else None
+
+
+def storage_options(given: list[str] | None) -> dict[str, Any]:
+    """``--storage-option KEY=VALUE`` (repeatable) as the storage options of the URLs a command reaches."""
+    return dict(urls.parse_option(text) for text in given or [])

@@ -33,7 +33,8 @@ def capture_summary(result: CaptureResult) -> str:
     tensors = f" ({len(rows)} tensors)" if len(rows) != files else ""
     head = f"wrote {files} file(s){tensors} to {result.out}/ in {result.seconds:.1f}s on {result.device}:"
     drawn = [f"drew {len(result.pictures)} PNG(s) beside them (--png)"] if result.pictures else []
-    return "\n".join([head, *_aligned(rows), *drawn, f"manifest: {result.manifest}"])
+    where = f"{result.out}/manifest.json" if isinstance(result.out, str) else result.manifest  # a URL's
+    return "\n".join([head, *_aligned(rows), *drawn, f"manifest: {where}"])
 
 
 def merge_summary(merged: MergeResult) -> str:

@@ -265,4 +265,4 @@ def test_to_toml_writes_command_line_paths_absolute(tmp_path: Path, monkeypatch:
     assert f'import = ["{tmp_path}/p.py"]' in text and f'out = "{tmp_path}/out"' in text
     cfg = write(tmp_path / "sub" / "printed.toml", text)
     again = CAPTURE.make_context("capture", [], default_map=config.load(cfg, CAPTURE, "capture")).params
-    assert (again["images"], again["out"]) == ([str(tmp_path / "cat.png")], tmp_path / "out")
+    assert (again["images"], again["out"]) == ([str(tmp_path / "cat.png")], str(tmp_path / "out"))

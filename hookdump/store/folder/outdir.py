@@ -33,18 +33,9 @@ def foreign_manifest(out: Path) -> str | None:
     return None
 
 
-def in_the_way(
-    out: Path,
-    layers: list[str],
-    formats: tuple[str, ...],
-    ours: list[str],
-    pictures: bool = False,
-    command: str = "capture",
-) -> None:
-    """Refuse, before any work, a file in ``out`` that this capture would write (a layer's file, the
-    safetensors files, with ``pictures`` the PNGs ``--png`` draws) and that ``ours`` (what the folder's
-    hookdump records list: ``commit.owned``) does not name: it is not hookdump's to replace. Other files
-    (photos, notes) are no business of the capture."""
+def written(layers: list[str], formats: tuple[str, ...], pictures: bool = False) -> str:
+    """A regular expression of the names a capture of ``layers`` writes in its folder (each layer's files,
+    the safetensors files, with ``pictures`` the PNGs ``--png`` draws, the inputs' table)."""
     suffix = r"(@\d+)?(\.in\d+|\.attn|\.out\d+)?(\.grad)?"
     named = "|".join(re.escape(file_stem(layer)) + suffix for layer in layers)
     kinds = [f for f in formats if f != "safetensors"]
@@ -55,13 +46,27 @@ def in_the_way(
     if "safetensors" in formats:
         pattern.append(r"tensors(-\d+-of-\d+)?\.safetensors|tensors\.safetensors\.index\.json")
     pattern.append(re.escape("inputs.parquet"))  # the inputs' table (store/folder/inputtable.py)
-    mine = set(ours)
+    return "|".join(pattern)
+
+
+def in_the_way(
+    out: Path,
+    layers: list[str],
+    formats: tuple[str, ...],
+    ours: list[str],
+    pictures: bool = False,
+    command: str = "capture",
+) -> None:
+    """Refuse, before any work, a file in ``out`` that this capture would write (``written``) and that
+    ``ours`` (what the folder's hookdump records list: ``commit.owned``) does not name: it is not
+    hookdump's to replace. Other files (photos, notes) are no business of the capture."""
+    pattern, mine = written(layers, formats, pictures), set(ours)
     try:
-        names = sorted(os.listdir(out)) if pattern else []
+        names = sorted(os.listdir(out))
     except OSError:  # not there yet, or not a folder (refused by check)
         return
     for name in names:
-        if name not in mine and re.fullmatch("|".join(pattern), name):
+        if name not in mine and re.fullmatch(pattern, name):
             claims.refuse(out / name, command, "choose another --out", record.why(out, name))
 
 
