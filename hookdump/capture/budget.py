@@ -80,6 +80,16 @@ def shard_size_note(sizes: dict[str, int], opts: CaptureOptions) -> str | None:
     return None
 
 
+def zarr_chunk_note(opts: CaptureOptions) -> str | None:
+    """A note when ``--zarr-chunk`` does nothing: no ``tensors.zarr`` to chunk."""
+    if opts.zarr_chunk is None or "zarr" in opts.formats:
+        return None
+    return (
+        f"--zarr-chunk {opts.zarr_chunk} is ignored: it chunks tensors.zarr and --format is"
+        f" {','.join(opts.formats)} (add --format zarr)"
+    )
+
+
 def check_fits(needed: int, out: Path, already: int = 0) -> None:
     """Stop now, with the figures, when the capture cannot fit on the disk that holds ``out``."""
     existing = next(p for p in [out, *out.absolute().parents] if p.exists())

@@ -11,7 +11,7 @@ from .. import units
 from ..errors import UsageError, check_choice
 from ..store.folder import outdir, profile
 from ..store.folder.lock import check_free
-from ..store.formats import choices
+from ..store.formats import choices, zarr
 from . import parallel, reduce
 from .options import CaptureOptions
 from .runner import DTYPES
@@ -51,6 +51,13 @@ def check_options(opts: CaptureOptions) -> None:
         raise UsageError(f"--target {opts.target} is negative.", "Give a class index, 0 or more.")
     if opts.shard_size is not None:
         units.parse_size(opts.shard_size)
+    if opts.zarr_chunk is not None and not 1 <= opts.zarr_chunk <= MAX_BATCH:
+        raise UsageError(
+            f"--zarr-chunk {opts.zarr_chunk} is not a number of inputs from 1 to {MAX_BATCH}.",
+            "Use 1 or more (the inputs in a chunk of tensors.zarr; leave it out for --batch-size).",
+        )
+    if "zarr" in opts.formats:
+        zarr.require()  # an optional package: one paragraph naming the extra, before any work
     if opts.shard is not None:
         parallel.parse_shard(opts.shard)
     profile.check_target()  # HOOKDUMP_PROFILE's file: never a user's

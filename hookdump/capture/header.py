@@ -62,6 +62,7 @@ def options_record(
         "early_stop": opts.early_stop,
         "reduce": opts.reduce,
         "shard_size": opts.shard_size,
+        **({"zarr_chunk": opts.zarr_chunk} if opts.zarr_chunk is not None else {}),  # (absent: as --compile)
         "skip_bad": opts.skip_bad,
         "workers": opts.workers,
         "shard": opts.shard,

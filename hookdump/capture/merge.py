@@ -57,7 +57,10 @@ def merge(shard_dirs: list[Path], out: Path, overwrite: bool = False) -> MergeRe
     shard_bytes = None
     if options.get("shard_size"):
         shard_bytes = parse_size(options["shard_size"])
-    with Writer(out, formats, "keep", overwrite, shard_bytes=shard_bytes, command="merge") as writer:
+    rows = int(options.get("zarr_chunk") or options["batch_size"])  # tensors.zarr chunked as one process does
+    with Writer(
+        out, formats, "keep", overwrite, shard_bytes=shard_bytes, command="merge", zarr_rows=rows
+    ) as writer:
         for capture in captures:
             for stem, entry in entries.items():
                 _append(writer, entry, capture[stem])

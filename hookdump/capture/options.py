@@ -17,7 +17,7 @@ class CaptureOptions:
     Attributes:
         out: output folder, or a URL on object storage (``s3://bucket/acts``: written locally, then
             published, manifest last); ``overwrite`` replaces a capture already there.
-        formats: ``npy``, ``pt``, ``safetensors``.
+        formats: ``npy``, ``pt``, ``safetensors``, ``zarr``.
         what: ``output``, ``input`` or ``both``.
         grad: also save the gradient of each captured output, for class ``target`` (default: top class).
         dtype: compute precision (autocast); ``save_dtype="keep"`` saves tensors in it instead of float32.
@@ -25,6 +25,7 @@ class CaptureOptions:
         save_dtype: ``float32``, ``float16``, ``bfloat16`` (not in .npy) or ``keep`` (as computed).
         reduce: ``none``, or pool each map at hook time: ``mean`` / ``max`` over space (or tokens), ``cls``.
         shard_size: safetensors shards of at most this size (``2GB``, ``500MB``, bytes); None: one file.
+        zarr_chunk: the inputs in a chunk of ``tensors.zarr`` (along its first axis); None: ``batch_size``.
         workers: image-decoding worker processes (0: in process; None: a number that suits the machine).
         skip_bad: record unreadable images in the manifest and go on, instead of stopping.
         resume: continue the interrupted capture in ``out`` (same options, same inputs).
@@ -49,6 +50,7 @@ class CaptureOptions:
     overwrite: bool = False
     reduce: str = "none"
     shard_size: str | None = None
+    zarr_chunk: int | None = None
     workers: int | None = None
     skip_bad: bool = False
     resume: bool = False

@@ -155,7 +155,7 @@ def plan(
     rows = len(paths) if source is not None and not source.random else 1
     sizes = budget.per_layer(found, targets, opts, rows, channels_last)
     needed = budget.total(sizes, opts)
-    notes += filter(None, [budget.shard_size_note(sizes, opts)])
+    notes += filter(None, [budget.shard_size_note(sizes, opts), budget.zarr_chunk_note(opts)])
     budget.check_fits(needed, opts.folder, already=_bytes_in(opts.folder / SCRATCH) if opts.resume else 0)
     if spec.pretrained and not (progress or {}).get("committing") and not on_ranks:
         load_real()  # weights from a hub or a download: only getting them tells whether they can be had

@@ -57,6 +57,7 @@ def run(
         shard_bytes,
         found.total_bytes,
         planned=(found.progress, found.journal),
+        zarr_rows=opts.zarr_chunk or opts.batch_size,
     ) as writer:
         if opts.overwrite:  # what an interrupted torchrun capture left goes too
             shutil.rmtree(opts.folder / parallel.RANKS_FOLDER, ignore_errors=True)

@@ -77,7 +77,9 @@ def capture_command(
         str,
         typer.Option("--out", "-o", help="Output folder, or a URL (s3://bucket/acts: published when whole)."),
     ] = "hookdump-out",
-    fmt: Annotated[str, typer.Option("--format", help="npy, pt, safetensors; comma-separated.")] = "npy",
+    fmt: Annotated[
+        str, typer.Option("--format", help="npy, pt, safetensors, zarr; comma-separated.")
+    ] = "npy",
     what: Annotated[str, typer.Option(help="output, input or both.")] = "output",
     grad: Annotated[bool, typer.Option("--grad", help="Also save gradients of the outputs.")] = False,
     target: Annotated[int | None, typer.Option(help="Class for --grad (default: top class).")] = None,
@@ -99,6 +101,12 @@ def capture_command(
     shard_size: Annotated[
         str | None,
         typer.Option(help="Safetensors shards of at most this size (2GB, 500MB); default one file."),
+    ] = None,
+    zarr_chunk: Annotated[
+        int | None,
+        typer.Option(
+            metavar="ROWS", help="Inputs in a chunk of tensors.zarr (--format zarr); default --batch-size."
+        ),
     ] = None,
     skip_bad: Annotated[
         bool, typer.Option("--skip-bad", help="Record unreadable images in the manifest and go on.")

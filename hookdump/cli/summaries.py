@@ -71,6 +71,9 @@ def plan(found: CapturePlan) -> str:
             f"; about {human_bytes(found.total_bytes)} of disk at the peak, while the .npy scratch copy"
             " streamed during the run is still there"
         )
+    if "zarr" in found.options.formats:
+        chunk = found.options.zarr_chunk or found.options.batch_size
+        total += f"; tensors.zarr counted uncompressed (Blosc zstd shrinks it), in chunks of {chunk} input(s)"
     ops = sum(1 for m in found.modules if ":" in m.name and m.type.startswith("op "))
     what = " and ".join(
         [f"{len(rows) - ops} module(s)"] * (ops < len(rows)) + [f"{ops} op value(s)"] * bool(ops)

@@ -132,7 +132,7 @@ def _draw(out: Path, section: Section, scratch: Path, max_channels: int) -> list
     name = picture_name(section.name)
     try:
         file = out / section.files[0]  # the file itself: no capture folder read again for each tensor
-        key = section.name if file.suffix == ".safetensors" else None
+        key = section.name if file.suffix in (".safetensors", ".zarr") else None
         rendered = draw.picture(file, scratch / name, key=key, max_channels=max_channels)
     except InputError as exc:  # a vector, a shape with no map: said on the page
         section.no_picture = exc.message

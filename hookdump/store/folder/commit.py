@@ -5,6 +5,7 @@ the new ``manifest.json``; then a journal (``commit.json``) lists the moves and 
 remove. From then on the commit is decided and :func:`finish` carries it out, and carries it out again,
 idempotently, after a ``kill -9`` anywhere: the old manifest goes first (the folder then says it is
 unfinished), then the old files, then the moves, the new manifest last (a rename), then the scratch folder.
+A folder (``tensors.zarr``) moves whole, by one rename, the old one set aside into the scratch folder first.
 """
 
 from __future__ import annotations
@@ -45,14 +46,18 @@ def previous_files(out: Path) -> list[str]:
         return []
     try:
         files = {str(entry["file"]) for entry in old.get("tensors", [])}
+        stores = {str(e["file"]) for e in old.get("tensors", []) if e.get("format") == "zarr"}
     except (KeyError, TypeError, AttributeError):
-        files = set()
+        files = stores = set()
     if isinstance(old.get("inputs"), dict) and isinstance(old["inputs"].get("table"), str):
         files.add(old["inputs"]["table"])  # the inputs' table
     if any(name != SAFETENSORS_FILE and name.startswith("tensors-") for name in files):
         files.add(SAFETENSORS_INDEX)
     files = {n for n in files if (out / n).parent == out and (out / n).is_file()}
-    return sorted(files | set(record.recorded(out)))
+    folders = {
+        n for n in stores if (out / n).parent == out and (out / n).is_dir() and not (out / n).is_symlink()
+    }
+    return sorted(files | folders | set(record.recorded(out)))
 
 
 def owned(out: Path) -> list[str]:
@@ -91,7 +96,7 @@ def stage(out: Path, moves: dict[str, str], manifest: dict[str, Any]) -> None:
     scratch = out / SCRATCH
     write_json(scratch / MANIFEST, manifest, durable=True)
     for name in moves:
-        _sync_file(scratch / name)
+        _sync_tree(scratch / name)
     remove = [n for n in previous_files(out) if n not in moves.values()]
     sync_folder(scratch)
     write_json(scratch / JOURNAL, {"moves": sorted(moves.items()), "remove": remove}, durable=True)
@@ -108,9 +113,13 @@ def finish(out: Path) -> bool:
         return False
     if (scratch / MANIFEST).exists():  # not yet in place: the old capture goes, the new one comes
         (out / MANIFEST).unlink(missing_ok=True)
+        for name in journal["remove"]:
+            _set_aside(out, name)  # a folder (tensors.zarr): out of the way whole, gone with the scratch
         claims.remove(out, journal["remove"], JOURNAL)
         for i, (source, name) in enumerate(journal["moves"]):
             if (scratch / source).exists():
+                if (scratch / source).is_dir():
+                    _set_aside(out, name)  # the old capture's: a folder is not renamed over another
                 os.replace(scratch / source, inside(out, name, JOURNAL))
             if i == 0:
                 kill_at("commit-moves")
@@ -120,6 +129,17 @@ def finish(out: Path) -> bool:
         kill_at("commit-done")
     shutil.rmtree(scratch, ignore_errors=True)
     return True
+
+
+def _set_aside(out: Path, name: str) -> None:
+    """Move the folder ``name`` of ``out`` (not a file) into the scratch folder, whole, by one rename."""
+    if "/" in name:  # a file in a subfolder (report/3.png): ``claims.remove``'s
+        return
+    path = inside(out, name, JOURNAL)
+    if path.is_dir() and not path.is_symlink():
+        aside = out / SCRATCH / f"old-{name}"
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(path, aside)
 
 
 def clean_finished(out: Path) -> None:
@@ -172,6 +192,14 @@ def write_json(path: Path, data: dict[str, Any], durable: bool = False) -> None:
 def sync_folder(folder: Path) -> None:
     """Make the names in ``folder`` (files made or renamed there) durable."""
     _sync_file(folder)
+
+
+def _sync_tree(path: Path) -> None:
+    """``path`` on the disk: a file, or a folder (tensors.zarr) with every file and folder in it."""
+    if path.is_dir():
+        for inner in sorted(path.rglob("*"), reverse=True):  # files before the folders that name them
+            _sync_file(inner)
+    _sync_file(path)
 
 
 def _sync_file(path: Path) -> None:

@@ -41,10 +41,14 @@ def below(folder: Path, name: object, listed_in: str) -> Path:
 
 
 def entry_stem(entry: dict[str, Any]) -> str:
-    """A ``tensors`` entry's tensor name: the safetensors key, else the file name without its suffix."""
+    """A ``tensors`` entry's tensor name: the safetensors key, else the file name without its suffix (or
+    the array's name in ``tensors.zarr``), with the ``:`` of an op value."""
     if entry.get("format") == "safetensors":
         return str(entry["key"])
-    stem = str(entry["file"]).removesuffix("." + str(entry["format"]))
+    if entry.get("format") == "zarr":
+        stem = str(entry["key"])
+    else:
+        stem = str(entry["file"]).removesuffix("." + str(entry["format"]))
     layer = str(entry.get("layer", ""))
     safe = file_stem(layer)
     return layer + stem[len(safe) :] if safe != layer and stem.startswith(safe) else stem

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InputError, UsageError
+from ..formats.zarr import ZARR_STORE
 from . import claims, record
 from .captured import file_stem
 from .claims import check_folder
@@ -35,16 +36,19 @@ def foreign_manifest(out: Path) -> str | None:
 
 def written(layers: list[str], formats: tuple[str, ...], pictures: bool = False) -> str:
     """A regular expression of the names a capture of ``layers`` writes in its folder (each layer's files,
-    the safetensors files, with ``pictures`` the PNGs ``--png`` draws, the inputs' table)."""
+    the safetensors files, the folder ``tensors.zarr``, with ``pictures`` the PNGs ``--png`` draws, the
+    inputs' table)."""
     suffix = r"(@\d+)?(\.in\d+|\.attn|\.out\d+)?(\.grad)?"
     named = "|".join(re.escape(file_stem(layer)) + suffix for layer in layers)
-    kinds = [f for f in formats if f != "safetensors"]
+    kinds = [f for f in formats if f not in ("safetensors", "zarr")]
     pattern = [rf"(?:{named})\.(?:{'|'.join(kinds)})"] if named and kinds else []
     if pictures and layers:  # the names ``manifest.picture_name`` gives
         drawn = "|".join(re.escape(file_stem(layer).replace("/", "_")) + suffix for layer in layers)
         pattern.append(rf"(?:{drawn})(\.img\d+)?(\.overlay|\.gradcam)?\.png")
     if "safetensors" in formats:
         pattern.append(r"tensors(-\d+-of-\d+)?\.safetensors|tensors\.safetensors\.index\.json")
+    if "zarr" in formats:
+        pattern.append(re.escape(ZARR_STORE))  # a folder: a user's, even empty, is refused
     pattern.append(re.escape("inputs.parquet"))  # the inputs' table (store/folder/inputtable.py)
     return "|".join(pattern)
 
@@ -138,18 +142,17 @@ def check_file_names(layers: list[str], formats: tuple[str, ...]) -> None:
     files = [f for f in formats if f != "safetensors"]
     if not files:
         return
+    kind = "a tensors.zarr array" if files[0] == "zarr" else f"a .{files[0]} file"
     fix = "Use --format safetensors (its keys may be any string), or rename the module in the model's code."
     folded: dict[str, str] = {}
     for name in layers:
         if "/" in name or "\0" in name:
             what = "a `/`" if "/" in name else "a NUL character"
-            raise InputError(
-                f"Layer `{name}` has {what} in its name, so it cannot name a .{files[0]} file.", fix
-            )
+            raise InputError(f"Layer `{name}` has {what} in its name, so it cannot name {kind}.", fix)
         if len(name.encode()) > MAX_NAME_BYTES:
             raise InputError(
-                f"Layer `{name[:40]}...` has a name of {len(name.encode())} bytes, too long for a .{files[0]}"
-                f" file name (at most {MAX_NAME_BYTES}).",
+                f"Layer `{name[:40]}...` has a name of {len(name.encode())} bytes, too long for {kind}"
+                f" name (at most {MAX_NAME_BYTES}).",
                 fix,
             )
         other = folded.setdefault(file_stem(name).casefold(), name)

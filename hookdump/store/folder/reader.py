@@ -1,7 +1,8 @@
 """A capture folder read back as a mapping of tensor name to a memory-mapped array: ``hookdump.open(OUT)``.
 
-The same whether the run wrote ``.npy`` files, one ``tensors.safetensors`` or safetensors shards; nothing is
-loaded whole. No torch import unless a tensor needs it (bfloat16, or a ``.pt``-only capture).
+The same whether the run wrote ``.npy`` files, one ``tensors.safetensors``, safetensors shards or
+``tensors.zarr``; nothing is loaded whole. No torch import unless a tensor needs it (bfloat16, or a
+``.pt``-only capture); zarr only for a tensor saved in ``tensors.zarr`` alone.
 """
 
 from __future__ import annotations
@@ -19,15 +20,18 @@ import numpy as np
 from ...errors import InputError, did_you_mean
 from ..formats.npy import npy_header
 from ..formats.safetensors import SAFETENSORS_DTYPES, numpy_dtype, safetensors_header, safetensors_tensor
+from ..formats.zarr import array_problem, decoded, open_group
 from . import inputtable
 from .manifest import MANIFEST, entry_stem, inside
 
 if TYPE_CHECKING:
     import torch
+    import zarr
 
-Array: TypeAlias = "np.ndarray[Any, Any] | torch.Tensor"  # a torch.Tensor only for bfloat16 (and .pt)
+#: a torch.Tensor only for bfloat16 (and .pt), a zarr.Array for a tensor saved in tensors.zarr alone
+Array: TypeAlias = "np.ndarray[Any, Any] | torch.Tensor | zarr.Array[Any]"
 
-_PREFERENCE = {"npy": 0, "safetensors": 1, "pt": 2}  # the first memory-mappable format wins
+_PREFERENCE = {"npy": 0, "safetensors": 1, "pt": 2, "zarr": 3}  # the first memory-mappable format wins
 _REDO = "Capture it again (hookdump capture ... --overwrite), or restore the file."
 
 
@@ -38,7 +42,9 @@ class Capture(Mapping[str, Array]):
     Keys are the tensor names (file stems: ``layer1``, ``blocks.0.attn@1``, ``head.fc.in0``) in manifest
     order; ``.manifest`` is manifest.json, ``.inputs`` its images, ``.entries[key]`` the manifest entry read.
     bfloat16 tensors (numpy has none) come back as ``torch.bfloat16`` tensors over a copy-on-write map of
-    the file (writes stay in memory); a tensor saved only as ``.pt`` comes from ``torch.load(mmap=True)``.
+    the file (writes stay in memory); a tensor saved only as ``.pt`` comes from ``torch.load(mmap=True)``;
+    one saved only in ``tensors.zarr`` is its ``zarr.Array``, read-only and lazy (a slice reads the chunks
+    it needs, as numpy; ``bits`` decodes it whole into a memory-mapped temporary file).
     """
 
     def __init__(self, out: str | os.PathLike[str]) -> None:
@@ -47,7 +53,7 @@ class Capture(Mapping[str, Array]):
         listed = [e for e in self.manifest.get("tensors") or [] if isinstance(e, dict)]
         for entry in listed:
             file = inside(self.path, entry.get("file"))
-            if not file.is_file():
+            if not (file.is_dir() if entry.get("format") == "zarr" else file.is_file()):
                 raise InputError(f"`{file}` is listed in {MANIFEST} but missing.", _REDO)
         chosen: dict[str, dict[str, Any]] = {}
         for entry in listed:
@@ -58,6 +64,7 @@ class Capture(Mapping[str, Array]):
                 chosen[key] = entry  # insertion order = first appearance: manifest order
         self.entries: dict[str, dict[str, Any]] = chosen
         self._headers: dict[str, tuple[int, dict[str, Any]]] = {}  # safetensors file -> (data start, header)
+        self._groups: dict[str, Any] = {}  # tensors.zarr -> its zarr group, opened once
         for key, entry in chosen.items():
             self._check(key, entry)
 
@@ -86,6 +93,9 @@ class Capture(Mapping[str, Array]):
             from ..formats import pt  # for speed: torch only for a .pt-only capture
 
             return pt.load_pt(file, shape, _REDO, MANIFEST)
+        if entry["format"] == "zarr":
+            zarr_array: zarr.Array[Any] = self._group(entry["file"])[entry["key"]]
+            return zarr_array
         headers = self._headers[entry["file"]]
         array, bfloat16 = safetensors_tensor(file, *headers, key, _REDO, copy_on_write=True)
         if not bfloat16:
@@ -103,11 +113,14 @@ class Capture(Mapping[str, Array]):
                 self.path / entry["file"], *self._headers[entry["file"]], key, _REDO
             )
             return (array.view(np.uint16) if bfloat16 else array), bfloat16
+        if entry["format"] == "zarr":  # (never bfloat16: refused at capture)
+            return decoded(self[key]), False
         value = self[key]
         if isinstance(value, np.ndarray):
             return value, False
         import torch  # for speed: only a bfloat16 tensor of a .pt-only capture comes here
 
+        assert isinstance(value, torch.Tensor)  # (a zarr array was decoded above)
         return value.view(torch.int16).numpy().view(np.uint16), True
 
     def __iter__(self) -> Iterator[str]:
@@ -150,6 +163,21 @@ class Capture(Mapping[str, Array]):
                     f" the {shape} {entry.get('dtype')} tensor {MANIFEST} lists.",
                     _REDO,
                 )
+        elif entry["format"] == "zarr":
+            problem = array_problem(
+                self._group(entry["file"]), str(entry.get("key")), shape, entry.get("dtype")
+            )
+            if problem is not None:
+                raise InputError(
+                    f"`{file}` {problem}, not the {shape} {entry.get('dtype')} tensor {MANIFEST} lists.",
+                    _REDO,
+                )
+
+    def _group(self, name: str) -> Any:
+        """``tensors.zarr``'s group (opened once), read-only."""
+        if name not in self._groups:
+            self._groups[name] = open_group(self.path / name, f"Captures saved as {name}")
+        return self._groups[name]
 
     def _header(self, name: str) -> tuple[int, dict[str, Any]]:
         """A safetensors file's JSON header (parsed once) and where its data starts; checks the file size."""

@@ -13,6 +13,7 @@ import torch
 from ..formats.npystream import NpyStream
 from ..formats.pt import write_pt
 from ..formats.safetensors import SAFETENSORS_INDEX, write_safetensors
+from ..formats.zarr import ZARR_STORE, ZarrTensor, write_zarr
 from .captured import Captured, Key
 
 
@@ -56,18 +57,24 @@ def saved_files(
     formats: tuple[str, ...],
     scratch: Path,
     shard_bytes: int | None,
+    zarr_rows: int = 1,
+    header: dict[str, Any] | None = None,
 ) -> tuple[list[SavedTensor], dict[str, str]]:
-    """Write the ``.pt`` / ``.safetensors`` files of the closed ``streams`` into ``scratch``; the manifest
-    entry of each file, and the moves (scratch name -> name in ``OUT``)."""
+    """Write the ``.pt`` / ``.safetensors`` files and ``tensors.zarr`` (chunks of ``zarr_rows`` inputs; the
+    version, model and inputs of the manifest's ``header`` in it) of the closed ``streams`` into
+    ``scratch``; the manifest entry of each file, and the moves (scratch name -> name in ``OUT``)."""
     files: dict[tuple[str, str], str] = {}  # (stem, format) -> file name
     for item, stream in zip(entries, streams, strict=True):
         if "pt" in formats:
             write_pt(stream.path, scratch / f"{item.file_stem}.pt", bfloat16=stream.dtype == torch.bfloat16)
-        files.update({(item.stem, fmt): f"{item.file_stem}.{fmt}" for fmt in formats if fmt != "safetensors"})
+        files.update({(item.stem, f): f"{item.file_stem}.{f}" for f in formats if f in ("npy", "pt")})
     if "safetensors" in formats:
         items = [(i.stem, s.path, s.dtype == torch.bfloat16) for i, s in zip(entries, streams, strict=True)]
         for key, name in write_safetensors(items, scratch, max_shard_bytes=shard_bytes):
             files[(key, "safetensors")] = name
+    if "zarr" in formats:
+        _write_zarr(entries, streams, source_dtypes, scratch / ZARR_STORE, zarr_rows, header or {})
+        files.update({(item.stem, "zarr"): ZARR_STORE for item in entries})
     saved = [
         SavedTensor(
             layer=item.layer,
@@ -80,7 +87,7 @@ def saved_files(
             dtype=dtype_name(stream.dtype or torch.float32),
             source_dtype=dtype_name(source_dtypes[item.key]),
             modified_in_place_after_hook=item.modified_in_place,
-            key=item.stem if fmt == "safetensors" else None,
+            key=item.stem if fmt == "safetensors" else item.file_stem if fmt == "zarr" else None,
             stats=stats[item.key],
             layout=item.layout,
             windows=item.windows,
@@ -95,3 +102,27 @@ def saved_files(
     if (scratch / SAFETENSORS_INDEX).is_file():
         moves[SAFETENSORS_INDEX] = SAFETENSORS_INDEX
     return saved, moves
+
+
+def _write_zarr(
+    entries: list[Captured],
+    streams: list[NpyStream],
+    source_dtypes: dict[Key, torch.dtype],
+    store: Path,
+    rows: int,
+    header: dict[str, Any],
+) -> None:
+    """``tensors.zarr``: an array per stream, with its manifest entry's fields as attributes; the group's
+    attributes hookdump's version and the model, the inputs' records its coordinates."""
+    tensors = []
+    for item, stream in zip(entries, streams, strict=True):
+        attributes = {
+            "tensor": item.stem, "layer": item.layer, "kind": item.kind, "index": item.index,
+            "call": item.call, "layout": item.layout, "source_dtype": dtype_name(source_dtypes[item.key]),
+            **({"windows": item.windows} if item.windows else {}),
+        }  # fmt: skip
+        per_input = int((item.windows or {}).get("per_image", 1))
+        tensors.append(ZarrTensor(item.file_stem, stream.path, item.layout, per_input, attributes))
+    group = {"hookdump_version": header.get("hookdump_version"), "model": header.get("model")}
+    records = header.get("inputs")
+    write_zarr(tensors, store, rows, group, records if isinstance(records, list) else None)

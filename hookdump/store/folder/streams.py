@@ -21,12 +21,13 @@ from .saved import SavedTensor, dtype_name, saved_files
 class Streams:
     """The streams of one run, by the key of the tensor each holds (layer, kind, index, call)."""
 
-    def __init__(self, scratch: Path, formats: tuple[str, ...], save_dtype: str) -> None:
+    def __init__(self, scratch: Path, formats: tuple[str, ...], save_dtype: str, zarr_rows: int = 1) -> None:
         self.scratch = scratch
         self.formats = formats
         self.save_dtype = save_dtype
+        self.zarr_rows = zarr_rows  # the inputs in a chunk of tensors.zarr
         # Streams that only become .npy files are not read back by this run: they bypass the page cache.
-        self.direct = not {"pt", "safetensors"} & set(formats)
+        self.direct = not {"pt", "safetensors", "zarr"} & set(formats)
         self.files: dict[Key, NpyStream] = {}
         self.source_dtypes: dict[Key, torch.dtype] = {}
         self.stats: dict[Key, Accumulator | None] = {}  # None: resumed from a run that kept none
@@ -89,17 +90,19 @@ class Streams:
         return nonfinite_notes((item.stem, item.kind, self.stats.get(item.key)) for item in entries)
 
     def save(
-        self, entries: list[Captured], shard_bytes: int | None
+        self, entries: list[Captured], shard_bytes: int | None, header: dict[str, Any] | None = None
     ) -> tuple[list[SavedTensor], dict[str, str]]:
         """Close the streams of ``entries`` and write the other formats from them (never holding a whole
-        tensor): each file's manifest entry, and the moves (scratch name -> name in ``OUT``)."""
+        tensor; ``header``: the manifest's, for ``tensors.zarr``): each file's manifest entry, and the moves
+        (scratch name -> name in ``OUT``)."""
         streams = [self.files[item.key] for item in entries]
         for stream in streams:
             stream.close()
         stats = {item.key: self._result(item.key) for item in entries}
         return saved_files(
-            entries, streams, self.source_dtypes, stats, self.formats, self.scratch, shard_bytes
-        )
+            entries, streams, self.source_dtypes, stats, self.formats, self.scratch, shard_bytes,
+            self.zarr_rows, header,
+        )  # fmt: skip
 
     def close(self) -> None:
         """Close every stream; a full disk must not keep the scratch folder from going."""

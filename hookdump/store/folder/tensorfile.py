@@ -14,7 +14,8 @@ import numpy as np
 from ...errors import InputError, UsageError, did_you_mean
 from ..formats.safetensors import SAFETENSORS_DTYPES, safetensors_header, safetensors_tensor
 from . import inputtable
-from .manifest import inside
+from .captured import file_stem
+from .manifest import MANIFEST, inside
 from .reader import Capture, entry_of, read_manifest
 
 SUFFIXES = (".npy", ".pt", ".pth", ".safetensors")
@@ -101,15 +102,19 @@ class Loaded:
 
 
 def load(path: Path, key: str | None = None) -> Loaded:
-    """The tensor in ``path`` (``key`` picks one in a safetensors file or a capture folder)."""
+    """The tensor in ``path`` (``key`` picks one in a safetensors file, a capture folder or its
+    ``tensors.zarr``)."""
     if not path.exists():
         raise InputError(f"`{path}` does not exist.", _WHAT)
-    if path.is_dir():
-        capture = Capture(path)
+    if path.is_dir():  # a capture folder, or its tensors.zarr (``key``: an array of it)
+        folder = path.parent if path.suffix == ".zarr" and (path.parent / MANIFEST).is_file() else path
+        capture = Capture(folder)
+        if key is not None and key not in capture.entries:  # an array's name: the tensor's, file-safe
+            key = {file_stem(n): n for n in capture.entries}.get(key, key)
         name = _pick(key, list(capture.entries), f"`{path}`")
         entry = capture.entries[name]
         array, bfloat16 = capture.bits(name)
-        return Loaded(path / entry["file"], entry.get("key"), array, bfloat16, entry, capture.manifest)
+        return Loaded(folder / entry["file"], entry.get("key"), array, bfloat16, entry, capture.manifest)
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         raise InputError(f"`{path}` is not a tensor file: show reads .npy, .pt and .safetensors.", _WHAT)

@@ -42,6 +42,7 @@ class Writer:
         needed: int | None = None,
         command: str = "capture",
         planned: tuple[dict[str, Any] | None, list[dict[str, Any]]] = (None, []),
+        zarr_rows: int = 1,
     ) -> None:
         self.out = out
         # --resume: the progress and the journal's records as the plan read them (before this run held the
@@ -54,7 +55,7 @@ class Writer:
         self.resume = resume
         self.shard_bytes = shard_bytes
         self.scratch = out / SCRATCH
-        self.tensors = Streams(self.scratch, formats, save_dtype)  # each captured tensor's stream
+        self.tensors = Streams(self.scratch, formats, save_dtype, zarr_rows)  # each captured tensor's stream
         self.notes: list[str] = []
         self.resumed: dict[str, Any] | None = None  # the progress continued from, with --resume
         self.images_done = 0  # images the last checkpoint covers (what an interrupted run keeps)
@@ -196,7 +197,7 @@ class Writer:
     def commit(self, entries: list[Captured], header: dict[str, Any]) -> list[SavedTensor]:
         """Name the files, write the other formats from the streams (never holding a whole tensor), move
         everything into ``out``, manifest last."""
-        saved, moves = self.tensors.save(entries, self.shard_bytes)
+        saved, moves = self.tensors.save(entries, self.shard_bytes, header)
         header = dict(header)
         records = header.get("inputs")
         if isinstance(records, list) and records and not any(r.get("random") for r in records):

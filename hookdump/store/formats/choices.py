@@ -7,7 +7,7 @@ import torch
 
 from ...errors import UsageError, check_choice
 
-FORMATS = ("npy", "pt", "safetensors")
+FORMATS = ("npy", "pt", "safetensors", "zarr")
 SAVE_DTYPES = ("float32", "float16", "bfloat16", "keep")
 
 
@@ -25,12 +25,14 @@ def parse_formats(text: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
 
 def check_save_dtype(save_dtype: str, formats: tuple[str, ...], dtypes: set[torch.dtype]) -> None:
     """``keep`` writes tensors as the model made them, ``float16`` / ``bfloat16`` halve the files; numpy
-    cannot hold bfloat16."""
+    (and so zarr) cannot hold bfloat16."""
     check_choice("--save-dtype", save_dtype, SAVE_DTYPES)
-    if "npy" in formats and (save_dtype == "bfloat16" or (save_dtype == "keep" and torch.bfloat16 in dtypes)):
+    numpy = [f for f in formats if f in ("npy", "zarr")]
+    if numpy and (save_dtype == "bfloat16" or (save_dtype == "keep" and torch.bfloat16 in dtypes)):
         what = "--save-dtype bfloat16" if save_dtype == "bfloat16" else "--save-dtype keep"
+        where, why = (".npy", "numpy has") if numpy[0] == "npy" else ("tensors.zarr", "numpy and zarr have")
         raise UsageError(
-            f"{what} cannot write bfloat16 tensors to .npy: numpy has no bfloat16.",
+            f"{what} cannot write bfloat16 tensors to {where}: {why} no bfloat16.",
             "Use --format pt or --format safetensors (both keep bfloat16), or --save-dtype float16"
             " (or float32).",
         )
