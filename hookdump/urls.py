@@ -13,6 +13,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import HookdumpError, InputError, StorageError, UsageError
@@ -53,6 +54,12 @@ _systems: dict[tuple[str, str, tuple[tuple[str, str], ...]], Any] = {}
 _CREDENTIAL_ENV = ("AWS_", "GOOGLE_", "GCS", "HF_", "FSSPEC_")
 
 
+def cache() -> Path:
+    """Where hookdump keeps what it fetched and what it publishes (``$HOOKDUMP_CACHE``, default
+    ``~/.cache/hookdump``)."""
+    return Path(os.environ.get("HOOKDUMP_CACHE") or Path.home() / ".cache" / "hookdump").absolute()
+
+
 def is_url(text: object) -> bool:
     """Whether ``text`` is a URL (``scheme://...``) rather than a local path."""
     return isinstance(text, str) and _SCHEME.match(text) is not None
@@ -88,10 +95,11 @@ def parse_option(text: str) -> tuple[str, Any]:
 
 @contextlib.contextmanager
 def given(options: dict[str, Any] | None) -> Iterator[None]:
-    """The storage options in force for the block (the command's or the API call's), as before after it."""
+    """The storage options in force for the block (the command's or the API call's; None: those in force
+    already), as before after it."""
     global _options
     before = _options
-    _options = dict(options or {})
+    _options = dict(before if options is None else options)
     try:
         yield
     finally:

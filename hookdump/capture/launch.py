@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +12,6 @@ from typing import Any
 
 from ..store.folder import commit, profile, remote
 from ..store.folder.lease import Lease
-from ..store.folder.manifest import MANIFEST
 from ..store.folder.reader import finished_manifest
 from . import parallel, preflight, run
 from .options import CaptureOptions
@@ -69,12 +67,9 @@ def capture(
 def _publish(url: str, folder: Path, started: float) -> CaptureResult:
     """The finished capture in ``folder`` (the mirror) published to ``url``; its result, the manifest a
     local copy beside the mirror (which goes)."""
-    data = finished_manifest(folder)
-    kept = folder.with_name(folder.name + "." + MANIFEST)
-    shutil.copyfile(folder / MANIFEST, kept)
-    result = from_manifest(folder, data, 0.0)
+    result = from_manifest(folder, finished_manifest(folder), 0.0)
     with profile.span("publish"):
-        remote.publish(folder, url)
+        kept = remote.publish_kept(folder, url)
     return dataclasses.replace(
         result, out=url, manifest=kept, notes=[], seconds=time.perf_counter() - started
     )

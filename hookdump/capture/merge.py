@@ -3,6 +3,7 @@ capture one process would have written (torchrun's rank 0 merges its ranks' fold
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,15 +12,18 @@ import torch
 
 from ..errors import InputError, UsageError
 from ..inputs.files import skipped_note
-from ..store.folder import outdir
+from ..store.folder import outdir, remote
 from ..store.folder.captured import Captured, key_from_json
 from ..store.folder.commit import owned
+from ..store.folder.lease import Lease
 from ..store.folder.lock import check_free
 from ..store.folder.manifest import MANIFEST, entry_stem
 from ..store.folder.reader import Capture, read_manifest
+from ..store.folder.remoteread import local
 from ..store.folder.saved import SavedTensor
 from ..store.folder.writer import Writer
 from ..units import parse_size
+from ..urls import is_url
 
 MERGE_CHUNK_ROWS = 256
 SKIP_NOTE = "--skip-bad left out "
@@ -29,11 +33,25 @@ SKIP_NOTE = "--skip-bad left out "
 class MergeResult:
     """What ``merge`` wrote."""
 
-    out: Path
+    out: Path | str  # a URL for a merge published to object storage
     manifest: Path
     shards: int
     rows: int
     tensors: list[SavedTensor]
+
+
+def merge_to(shards: list[str], out: str, overwrite: bool = False) -> MergeResult:
+    """``merge`` of shard folders named by paths or URLs (a URL read from its local copy) into ``out``, a
+    folder or a URL (merged into its mirror, then published, manifest last, under its lease)."""
+    dirs = [local(s) for s in shards]
+    if not is_url(out):
+        return merge(dirs, Path(out), overwrite=overwrite)
+    remote.check(out, overwrite, resume=False)
+    folder = remote.mirror(out)
+    merged = merge(dirs, folder, overwrite=True)  # the mirror is hookdump's own
+    with Lease(out):
+        kept = remote.publish_kept(folder, out)
+    return dataclasses.replace(merged, out=out, manifest=kept)
 
 
 def merge(shard_dirs: list[Path], out: Path, overwrite: bool = False) -> MergeResult:

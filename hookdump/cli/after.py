@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
-from .options import AllowDifferentInputsOpt, JsonOpt
+from .. import urls
+from ..errors import UsageError
+from .options import AllowDifferentInputsOpt, JsonOpt, StorageOpt, storage_options
 
 
 def register(app: typer.Typer) -> None:
@@ -19,8 +21,8 @@ def register(app: typer.Typer) -> None:
 
 
 def diff_command(
-    a: Annotated[Path, typer.Argument(metavar="A", help="A finished capture folder (the reference).")],
-    b: Annotated[Path, typer.Argument(metavar="B", help="The capture folder to check against A.")],
+    a: Annotated[str, typer.Argument(metavar="A", help="A finished capture folder or URL (the reference).")],
+    b: Annotated[str, typer.Argument(metavar="B", help="The capture folder (or URL) to check against A.")],
     atol: Annotated[float, typer.Option(help="Absolute tolerance: |a - b| <= atol + rtol * |b|.")] = 1e-8,
     rtol: Annotated[float, typer.Option(help="Relative tolerance (numpy.isclose's defaults).")] = 1e-5,
     maps: Annotated[
@@ -33,15 +35,19 @@ def diff_command(
         bool, typer.Option("--only-common", help="Tensors on one side only do not count as a difference.")
     ] = False,
     allow_different_inputs: AllowDifferentInputsOpt = False,
+    storage_option: StorageOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Compare two captures tensor by tensor; exit 1 when any differs (as diff and cmp), naming the first."""
     # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
     from ..analysis.diff import diff
+    from ..store.folder.remoteread import local
     from . import render
 
+    with urls.given(storage_options(storage_option)):
+        first, second = local(a), local(b)
     found = diff(
-        a, b, atol=atol, rtol=rtol, maps=maps or (), only_common=only_common,
+        first, second, atol=atol, rtol=rtol, maps=maps or (), only_common=only_common,
         allow_different_inputs=allow_different_inputs,
     )  # fmt: skip
     render.result(found, json_out)
@@ -50,9 +56,9 @@ def diff_command(
 
 
 def compare_command(
-    a: Annotated[Path, typer.Argument(metavar="A", help="A finished capture folder.")],
+    a: Annotated[str, typer.Argument(metavar="A", help="A finished capture folder (or URL).")],
     b: Annotated[
-        Path | None, typer.Argument(metavar="[B]", help="A second capture of the same inputs (else A again).")
+        str | None, typer.Argument(metavar="[B]", help="A second capture of the same inputs (else A again).")
     ] = None,
     layers: Annotated[
         list[str] | None,
@@ -71,22 +77,29 @@ def compare_command(
     reduce: Annotated[
         str, typer.Option(help="Pool each tensor to (N, C) first, as capture's: mean, max, cls or none.")
     ] = "none",
+    storage_option: StorageOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Layer x layer similarity (CKA or RSA) of one capture, or of two on the same inputs."""
     # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
     from ..analysis.similarity import compare
+    from ..store.folder.remoteread import local
     from . import render
 
+    _writes_locally(a, out, png or metric == "rsa", "--out FOLDER")
+    with urls.given(storage_options(storage_option)):
+        first, second = local(a), local(b) if b is not None else None
     found = compare(
-        a, b, layers=layers, metric=metric, biased=biased, distance=distance, method=method, png=png, out=out,
-        rdm_only=rdm_only, allow_different_inputs=allow_different_inputs, reduce=reduce,
+        first, second, layers=layers, metric=metric, biased=biased, distance=distance, method=method, png=png,
+        out=out, rdm_only=rdm_only, allow_different_inputs=allow_different_inputs, reduce=reduce,
     )  # fmt: skip
     render.result(found, json_out)
 
 
 def top_command(
-    out: Annotated[Path, typer.Argument(metavar="OUT", help="The --out folder of a finished capture.")],
+    out: Annotated[
+        str, typer.Argument(metavar="OUT", help="The --out folder (or URL) of a finished capture.")
+    ],
     layer: Annotated[str, typer.Option("--layer", "-l", help="The tensor (layer1, blocks.3).")],
     channel: Annotated[int | None, typer.Option(min=0, help="One channel.")] = None,
     channels: Annotated[
@@ -98,12 +111,26 @@ def top_command(
         Path | None, typer.Option("--sheets", help="Folder of the contact sheets (default OUT/top/LAYER).")
     ] = None,
     no_png: Annotated[bool, typer.Option("--no-png", help="Rank only; draw no contact sheet.")] = False,
+    storage_option: StorageOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Each channel's k inputs of largest activation, with a contact sheet of the maps over the photos."""
     # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
     from ..analysis.top import top
+    from ..store.folder.remoteread import local
     from . import render
 
-    found = top(out, layer, channel=channel, channels=channels, k=k, by=by, sheets=sheets, png=not no_png)
+    _writes_locally(out, sheets, not no_png, "--sheets FOLDER (or --no-png)")
+    with urls.given(storage_options(storage_option)):
+        folder = local(out)
+    found = top(folder, layer, channel=channel, channels=channels, k=k, by=by, sheets=sheets, png=not no_png)
     render.result(found, json_out)
+
+
+def _writes_locally(source: str, where: Path | None, writes: bool, option: str) -> None:
+    """A command that writes beside a capture it reads needs a local place for a capture on a bucket."""
+    if writes and where is None and urls.is_url(source):
+        raise UsageError(
+            f"This command writes beside the capture it reads, and `{source}` is on object storage.",
+            f"Give its files a local place: {option}.",
+        )

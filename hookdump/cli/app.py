@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import signal
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from .. import urls
 from ..errors import Interrupted, UsageError
 from ..version import __version__
-from . import after, capture, process, shell
+from . import after, capture, process, shell, show
 from .options import (
     ConfigOpt,
     ImportOpt,
@@ -19,8 +19,10 @@ from .options import (
     ModelArgOpt,
     ModelOpt,
     PrintConfigOpt,
+    StorageOpt,
     size_of,
     spec_of,
+    storage_options,
 )
 
 app = typer.Typer(
@@ -102,20 +104,23 @@ capture.register(app)  # capture: listed after list-modules
 @app.command()
 def merge(
     shards: Annotated[
-        list[Path], typer.Argument(metavar="SHARD_DIR...", help="The --out folders of capture --shard I/N.")
+        list[str],
+        typer.Argument(metavar="SHARD_DIR...", help="The --out folders (or URLs) of capture --shard I/N."),
     ],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder of the joined capture.")],
+    out: Annotated[str, typer.Option("--out", "-o", help="Output folder (or URL) of the joined capture.")],
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace a capture already in --out.")
     ] = False,
+    storage_option: StorageOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Join the folders of capture --shard I/N into the capture one process would have written."""
     # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
-    from ..capture.merge import merge as merge_shards
+    from ..capture.merge import merge_to
     from . import summaries
 
-    merged = merge_shards(list(shards), out, overwrite=overwrite)
+    with urls.given(storage_options(storage_option)):
+        merged = merge_to(list(shards), out, overwrite=overwrite)
     if json_out:
         typer.echo(merged.manifest.read_text().rstrip())
     else:
@@ -124,89 +129,54 @@ def merge(
 
 @app.command("stats")
 def stats_command(
-    out: Annotated[Path, typer.Argument(metavar="OUT", help="The --out folder of a finished capture.")],
+    out: Annotated[
+        str, typer.Argument(metavar="OUT", help="The --out folder (or URL) of a finished capture.")
+    ],
+    storage_option: StorageOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Every captured tensor's min, max, mean, std, zeros, NaN and Inf (from the manifest, or the files)."""
     # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
+    from ..store.folder.remoteread import local
     from ..store.folder.summary import collect, table
     from . import render
 
-    rows, notes = collect(out)
+    with urls.given(storage_options(storage_option)):
+        rows, notes = collect(local(out))
     render.notes(notes)
     typer.echo(render.as_json(rows) if json_out else table(rows))
 
 
 @app.command()
 def report(
-    out: Annotated[Path, typer.Argument(metavar="OUT", help="The --out folder of a finished capture.")],
+    out: Annotated[
+        str, typer.Argument(metavar="OUT", help="The --out folder (or URL) of a finished capture.")
+    ],
     max_channels: Annotated[
         int, typer.Option(min=1, help="Draw at most the first N channels of each tensor.")
     ] = 64,
+    storage_option: StorageOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """OUT/index.html: every layer's picture, shape and stats, the inputs and the run's provenance."""
     # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
     from ..report.build import build
+    from ..store.folder.remoteread import local, upload
     from . import render
 
-    written = build(out, max_channels=max_channels)
+    with urls.given(storage_options(storage_option)):
+        folder = local(out)
+        written = build(folder, max_channels=max_channels)
+        if urls.is_url(out):  # the page and its pictures go beside the capture, in the bucket
+            files = [written.path, *(p for p in written.folder.rglob("*") if p.is_file())]
+            upload(folder, out, [p.relative_to(folder).as_posix() for p in files])
     render.result(written, json_out)
 
 
 after.register(app)  # diff, compare, top: listed after report, before show
 
 
-@app.command()
-def show(
-    files: Annotated[
-        list[Path],
-        typer.Argument(metavar="FILE...", help=".npy / .pt / .safetensors from capture, or capture folders."),
-    ],
-    key: Annotated[
-        str | None, typer.Option(help="Tensor name in a .safetensors file or a capture folder (layer1).")
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", help="PNG to write, or a folder for several (default: beside FILE)."),
-    ] = None,
-    index: Annotated[str, typer.Option(help="Which image of the batch, or `all` (one PNG each).")] = "0",
-    max_channels: Annotated[int, typer.Option(min=1, help="Draw at most the first N channels.")] = 64,
-    channels: Annotated[str | None, typer.Option(help="Draw channels A:B (half-open).")] = None,
-    top_k: Annotated[
-        int | None, typer.Option(min=1, help="Draw the K channels of largest mean |activation|.")
-    ] = None,
-    scale: Annotated[str, typer.Option(help="channel (each map on its own) or global (one for all).")] = (
-        "channel"
-    ),
-    grey: Annotated[bool, typer.Option("--grey", help="Grey levels instead of viridis / inferno.")] = False,
-    overlay: Annotated[
-        Path | None, typer.Option(help="Photo to lay the mean |activation| over, as a heat map.")
-    ] = None,
-    gradcam: Annotated[
-        bool, typer.Option("--gradcam", help="Grad-CAM from the layer's --grad file, over --overlay.")
-    ] = False,
-    rollout: Annotated[
-        bool, typer.Option("--rollout", help="Attention rollout through every .attn tensor given.")
-    ] = False,
-    alpha: Annotated[float, typer.Option(min=0.0, max=1.0, help="Heat-map weight in the overlay.")] = 0.5,
-    json_out: JsonOpt = False,
-) -> None:
-    """Captured tensors as PNGs: labelled channel grids, heat maps or Grad-CAM over the photo (--overlay)."""
-    # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
-    from ..pictures import draw
-    from . import render, summaries
-
-    shown = draw.show_many(
-        files, key=key, output=output, index=draw.parse_index(index), max_channels=max_channels,
-        channels=channels, top_k=top_k, scale=scale, grey=grey, photo=overlay, alpha=alpha, gradcam=gradcam,
-        rollout=rollout,
-    )  # fmt: skip
-    render.notes(shown.notes + [n for r in shown.rendered for n in r.notes])
-    dicts = [r.as_dict() for r in shown.rendered]
-    typer.echo(
-        render.as_json(dicts if shown.many else dicts[0]) if json_out else summaries.show_summary(shown)
-    )
+show.register(app)  # show: last
 
 
 def _terminated(signum: int, frame: object) -> None:

@@ -18,17 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..urls import call, filesystem, is_url, scheme
+from ..urls import cache, call, filesystem, is_url, scheme
 from .shards import braces
 
-CACHE_ENV = "HOOKDUMP_CACHE"
 _SAFE = "/._-~@+,=!$'()*"  # kept as they are in a cached file's name; anything else is %-quoted
 
 
 def cache_root() -> Path:
     """Where fetched inputs are kept (``$HOOKDUMP_CACHE/inputs``)."""
-    base = os.environ.get(CACHE_ENV) or str(Path.home() / ".cache" / "hookdump")
-    return Path(base).absolute() / "inputs"
+    return cache() / "inputs"
 
 
 def cached(url: str) -> Path:
@@ -145,7 +143,9 @@ def _get(fs: Any, items: list[tuple[str, Path, dict[str, Any]]]) -> None:
                     "Run the same command again.",
                 )
             os.replace(part, path)
-            Path(f"{path}.hookdump").write_text(json.dumps(_key(info)))
+            stamp = _stamp_file(path)
+            stamp.parent.mkdir(parents=True, exist_ok=True)
+            stamp.write_text(json.dumps(_key(info)))
     finally:
         for part in partial:
             Path(part).unlink(missing_ok=True)
@@ -164,10 +164,16 @@ def _key(info: dict[str, Any]) -> list[Any]:
     return [int(info.get("size") or 0), str(info.get("ETag") or info.get("etag") or info.get("mtime") or "")]
 
 
+def _stamp_file(path: Path) -> Path:
+    """Where the cache says what a cached file is (beside the cache, never in a cached folder, which a
+    capture read from a bucket is)."""
+    return cache_root().with_name("stamps") / f"{path.relative_to(cache_root())}.json"
+
+
 def _stamp(path: Path) -> list[Any] | None:
     """The ``_key`` of the cached copy, when it is there whole."""
     try:
-        stamp = json.loads(Path(f"{path}.hookdump").read_text())
+        stamp = json.loads(_stamp_file(path).read_text())
     except (OSError, ValueError):
         return None
     return stamp if path.is_file() and path.stat().st_size == stamp[0] else None

@@ -19,7 +19,7 @@ LEASE = ".hookdump-lease.json"  # in the bucket: who writes this prefix now, unt
 TTL_S = 600  # a lease not renewed for this long is free to take
 
 
-def read_object(fs: Any, url: str, target: str) -> bytes | None:
+def read_object(fs: Any, url: str, target: str, role: str = "out") -> bytes | None:
     """An object's bytes, or None when there is none (read, not looked up: listings are cached)."""
 
     def work() -> bytes | None:
@@ -29,7 +29,7 @@ def read_object(fs: Any, url: str, target: str) -> bytes | None:
             return None
         return data
 
-    return call(url, work, "out", "read")
+    return call(url, work, role, "read")
 
 
 class Lease:

@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 
 from ...errors import InputError, did_you_mean
+from ...urls import is_url
 from ..formats.npy import npy_header
 from ..formats.safetensors import SAFETENSORS_DTYPES, numpy_dtype, safetensors_header, safetensors_tensor
 from ..formats.zarr import array_problem, decoded, open_group
 from . import inputtable
 from .manifest import MANIFEST, entry_stem, inside
+from .remoteread import local
 
 if TYPE_CHECKING:
     import torch
@@ -48,7 +50,8 @@ class Capture(Mapping[str, Array]):
     """
 
     def __init__(self, out: str | os.PathLike[str]) -> None:
-        self.path = Path(out)
+        self.path = local(str(out))  # a URL: its local copy (``remoteread``)
+        self.url = str(out) if is_url(str(out)) else None
         self.manifest = finished_manifest(self.path)
         listed = [e for e in self.manifest.get("tensors") or [] if isinstance(e, dict)]
         for entry in listed:

@@ -12,47 +12,44 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-from ...errors import UsageError
-from ...urls import call, filesystem, join
+from ...errors import HookdumpError, UsageError
+from ...urls import cache, call, filesystem, join
 from .lease import Lease, read_object
 from .manifest import MANIFEST
+from .record import RECORD
 
 PUBLISH = ".hookdump-publish.json"  # in the mirror: what the publish uploads (and what is ours to replace)
 
 
 def mirror(url: str | Path) -> Path:
     """The local copy a capture into ``url`` is written to before it is published."""
-    base = os.environ.get("HOOKDUMP_CACHE") or str(Path.home() / ".cache" / "hookdump")
     digest = hashlib.sha256(str(url).rstrip("/").encode()).hexdigest()[:20]
-    return Path(base).absolute() / "out" / digest
+    return cache() / "out" / digest
 
 
-def listing(url: str) -> dict[str, int]:
-    """Every object under the folder ``url``, by its name inside it, with its size."""
-    fs, path = filesystem(url, "out")
+def listing(url: str, role: str = "out") -> dict[str, dict[str, Any]]:
+    """Every object under the folder ``url``, by its name inside it, with what the listing says of it."""
+    fs, path = filesystem(url, role)
     fs.invalidate_cache(path)  # (fsspec keeps listings: this run's own puts are not in an old one)
     try:
-        found = call(url, lambda: fs.find(path, detail=True), "out", "list")
-    except UsageError as exc:
+        found = call(url, lambda: fs.find(path, detail=True), role, "list")
+    except HookdumpError as exc:
         if "does not exist" in exc.message and "bucket" not in exc.message:
             return {}
         raise
     prefix = path.rstrip("/") + "/"
-    return {
-        str(k)[len(prefix) :]: int(v.get("size") or 0) for k, v in found.items() if str(k).startswith(prefix)
-    }
+    return {str(k)[len(prefix) :]: dict(v) for k, v in found.items() if str(k).startswith(prefix)}
 
 
-def manifest_of(url: str) -> dict[str, Any] | None:
+def manifest_of(url: str, role: str = "out") -> dict[str, Any] | None:
     """The folder's ``manifest.json`` (a hookdump one or not), or None when there is none."""
-    fs, path = filesystem(url, "out")
-    text = read_object(fs, url, join(path, MANIFEST))
+    fs, path = filesystem(url, role)
+    text = read_object(fs, url, join(path, MANIFEST), role)
     if text is None:
         return None
     try:
@@ -62,15 +59,18 @@ def manifest_of(url: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else {}
 
 
-def owned(manifest: dict[str, Any] | None, names: dict[str, int]) -> set[str]:
-    """What of the folder a hookdump manifest lists as its own: its tensor files (and every object under a
-    store it names, ``tensors.zarr/...``), its inputs' table, the manifest itself."""
+def owned(manifest: dict[str, Any] | None, names: dict[str, Any], record: Any = None) -> set[str]:
+    """What of the folder hookdump's records list as its own: a hookdump manifest's tensor files (and every
+    object under a store it names, ``tensors.zarr/...``), its inputs' table, the manifest itself; and what
+    the folder's ``record`` (``.hookdump-files.json``, as read) lists (``report``'s files, ``show``'s)."""
+    listed = set((record or {}).get("files") or {}) if isinstance(record, dict) else set()
+    mine = {n for n in names if n in listed} | ({RECORD} if listed else set())
     if not manifest or "hookdump_version" not in manifest:
-        return set()
+        return mine
     files = {str(e.get("file")) for e in manifest.get("tensors") or [] if isinstance(e, dict)}
     table = (manifest.get("inputs") or {}).get("table") if isinstance(manifest.get("inputs"), dict) else None
     files |= {str(table)} if table else set()
-    return {n for n in names if n in files or n.split("/", 1)[0] in files} | {MANIFEST}
+    return {n for n in names if n in files or n.split("/", 1)[0] in files} | {MANIFEST} | mine
 
 
 def pending(folder: Path) -> bool:
@@ -142,10 +142,19 @@ def publish(folder: Path, url: str) -> list[str]:
     for name in [MANIFEST, *state["remove"]] if MANIFEST in state["replace"] else state["remove"]:
         _remove(fs, url, join(path, name))
     for name in [*names, MANIFEST]:
-        _put(fs, join(url, name), folder / name, join(path, name), name in mine)
+        put(fs, join(url, name), folder / name, join(path, name), name in mine)
     journal.unlink()
     shutil.rmtree(folder, ignore_errors=True)
     return [*names, MANIFEST]
+
+
+def publish_kept(folder: Path, url: str) -> Path:
+    """``publish`` the capture in ``folder``, keeping a copy of its manifest beside the mirror (which goes):
+    what a command says it wrote."""
+    kept = folder.with_name(folder.name + "." + MANIFEST)
+    shutil.copyfile(folder / MANIFEST, kept)
+    publish(folder, url)
+    return kept
 
 
 def _remove(fs: Any, url: str, target: str) -> None:
@@ -158,7 +167,7 @@ def _remove(fs: Any, url: str, target: str) -> None:
     call(url, work, "out", "write")
 
 
-def _put(fs: Any, url: str, source: Path, target: str, ours: bool) -> None:
+def put(fs: Any, url: str, source: Path, target: str, ours: bool) -> None:
     """One file uploaded to ``url``: over an object hookdump wrote, or only where nothing is (a conditional
     put, ``mode="create"``)."""
     data = source.read_bytes()
