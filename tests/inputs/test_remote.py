@@ -5,8 +5,10 @@ inputs on the local disk, bitwise, each input named by its URL; what cannot be r
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import tarfile
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -119,3 +121,50 @@ def test_unreachable_inputs_are_one_paragraph_each(s3, remote, tmp_path: Path) -
     )
     assert done.returncode == 4, done.stderr
     assert "--storage-option anon=true" in paragraph(done.stderr, "No credentials")
+
+
+def test_credentials_the_server_refuses_and_a_missing_package(tmp_path: Path) -> None:
+    """A server that checks credentials (moto's, with authentication from its second request on): wrong
+    keys are one paragraph, for an input (exit 4) and for --out (exit 2), the secret never echoed; without
+    s3fs, the paragraph names the cloud extra."""
+    import subprocess
+    import sys
+
+    from common import free_port
+
+    port = free_port()
+    moto = Path(sys.executable).with_name("moto_server")
+    server = subprocess.Popen(
+        [moto, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "1"},
+    )  # fmt: skip
+    try:
+        import boto3
+
+        client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", aws_access_key_id="a",
+                              aws_secret_access_key="b", region_name="us-east-1")  # fmt: skip
+        for _ in range(100):
+            try:
+                client.create_bucket(Bucket="guarded")  # the one request allowed without credentials
+                break
+            except Exception:
+                time.sleep(0.1)
+        secret = "not-the-secret-5e8c1"
+        env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "nobody",
+               "AWS_SECRET_ACCESS_KEY": secret, "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
+        read = hd(tmp_path, "capture", *MODEL, "s3://guarded/train-000.tar", "-o", "out", env=env)
+        assert read.returncode == 4 and secret not in read.stderr, read.stderr
+        paragraph(read.stderr, "refused to let hookdump read `s3://guarded/train-000.tar`", "credentials")
+        out = hd(tmp_path, "capture", *MODEL, "--random-input", "-o", "s3://guarded/acts", env=env)
+        assert out.returncode == 2 and secret not in out.stderr, out.stderr
+        paragraph(out.stderr, "`s3://guarded/acts`", "credentials")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    hidden = tmp_path / "hidden"
+    (hidden / "s3fs").mkdir(parents=True)
+    (hidden / "s3fs" / "__init__.py").write_text("raise ImportError('hidden for this test')\n")
+    env = {**os.environ, "PYTHONPATH": f"{hidden}:{os.environ.get('PYTHONPATH', '')}"}
+    done = hd(tmp_path, "capture", *MODEL, "s3://any/train-000.tar", "-o", "out", env=env)
+    assert done.returncode == 4, done.stderr
+    paragraph(done.stderr, "needs the `s3fs` package", "pip install 'hookdump[cloud]'")

@@ -7,6 +7,7 @@ the capture's URL; what a reader would write beside a capture on a bucket needs 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +98,28 @@ def test_merge_reads_shards_from_a_bucket_and_publishes_the_single_process_captu
         assert s3.get(f"{bucket}/merged/{name}") == (root / "local" / name).read_bytes(), name
     opened = xarray.open_zarr(f"{bucket}/merged/tensors.zarr", storage_options=_options(s3))
     assert np.array_equal(opened["layer1"].values, np.load(root / "local" / "layer1.npy"))
+
+
+def test_the_readme_s_bucket_round_trip_runs_as_pasted(tmp_path: Path) -> None:
+    """The README's block that starts moto's server and goes through a bucket, run as one pasted block (on
+    a free port) in a folder of the sample data: it prints the capture's shape as read back."""
+    import re
+    import subprocess
+    import sys
+
+    from common import CHECKOUT, free_port
+
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", (CHECKOUT / "README.md").read_text(), re.S)
+                 if "moto_server" in b)  # fmt: skip
+    block = block.replace("9000", str(free_port()))
+    subprocess.run(
+        [sys.executable, CHECKOUT / "scripts" / "sample_data.py", "sample-data"], cwd=tmp_path, check=True
+    )
+    bins = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": f"{bins}:{os.environ['PATH']}", "HOOKDUMP_CACHE": str(tmp_path / "cache")}
+    script = "set -e\ntrap 'kill $server 2>/dev/null || true' EXIT\n" + block
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    assert "(6, 512, 7, 7)" in done.stdout and "wrote 2 file(s) to s3://demo/acts/" in done.stdout
