@@ -14,6 +14,7 @@ class HookdumpError(Exception):
     """A user-facing error: a short message naming the problem plus a hint with the fix."""
 
     exit_code = EXIT_FAILURE
+    kind = "failure"  # what ``--json``'s error object calls it
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -29,18 +30,21 @@ class UsageError(HookdumpError):
     """Options that contradict each other, an output folder in the way, a device that is absent."""
 
     exit_code = EXIT_USAGE
+    kind = "usage"
 
 
 class LayerError(HookdumpError):
     """Unknown layer path, a container, a module that never runs, a layer that did not fire."""
 
     exit_code = EXIT_LAYER
+    kind = "layer"
 
 
 class InputError(HookdumpError):
     """A bad image, checkpoint, model name, config or plugin."""
 
     exit_code = EXIT_INPUT
+    kind = "input"
 
 
 class StorageError(HookdumpError):
@@ -48,6 +52,7 @@ class StorageError(HookdumpError):
     nothing half-written is committed, and the same command (with ``--resume``) continues."""
 
     exit_code = EXIT_STORAGE
+    kind = "storage"
 
 
 class NoMap(InputError):

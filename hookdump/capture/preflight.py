@@ -44,7 +44,7 @@ def plan(
                 f"--png draws beside the tensors, in a local folder, not in `{published}`.",
                 f"Capture without --png, then draw with hookdump show {published} -o FOLDER.",
             )
-        remote.check(published, opts.overwrite, opts.resume)
+        remote.check(published, opts.overwrite, opts.resume, lease=parallel.world()[0] == 0)
     out = opts.out if published is not None else Path(opts.out)
     opts = dataclasses.replace(opts, out=out, formats=choices.parse_formats(opts.formats))
     checks.check_options(opts)

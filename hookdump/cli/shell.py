@@ -24,13 +24,12 @@ from typer._click.exceptions import (
 )
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
-from ..errors import EXIT_FAILURE, HookdumpError, InputError, Interrupted, LayerError, UsageError
+from ..errors import EXIT_FAILURE, HookdumpError, InputError, Interrupted, UsageError
 from ..failures import from_environment
 from . import config, config_print
 
 #: The error object's keys and their version (docs/scripts-and-ci.md: "JSON").
 ERROR_SCHEMA_VERSION = 1
-_KINDS = {UsageError: "usage", LayerError: "layer", InputError: "input"}
 
 
 class _JsonMode:
@@ -100,8 +99,7 @@ def _fail_for(exc: BaseException) -> NoReturn:
     if isinstance(exc, UsageError):
         exc = _from_config(exc) or exc
     if isinstance(exc, HookdumpError):
-        kind = next((k for cls, k in _KINDS.items() if isinstance(exc, cls)), "failure")
-        fail(exc.message, kind, exc.exit_code, exc.hint)
+        fail(exc.message, exc.kind, exc.exit_code, exc.hint)
     fail(
         f"hookdump failed unexpectedly: {type(exc).__name__}: {exc}",
         "unexpected",

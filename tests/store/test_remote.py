@@ -124,3 +124,36 @@ def test_the_server_stopped_mid_run_is_exit_5_and_resume_publishes_once_it_is_ba
     assert done.returncode == 0, done.stderr
     assert "published the capture an earlier run finished" in done.stderr
     assert s3.keys(url) == [f"acts/{n}" for n in ("conv.npy", "inputs.parquet", "manifest.json")]
+
+
+def test_two_ranks_into_a_bucket_publish_the_single_process_capture(
+    s3, tmp_path: Path, photos: Path, short_tmp: Path
+) -> None:
+    """torch.distributed's environment set by hand (as a scheduler does, no torchrun): each rank captures
+    its shard into the mirror, rank 0 joins them and publishes, under the one lease it holds for them all;
+    the bucket holds the files one process writes, ``.npy`` and ``tensors.zarr`` alike."""
+    import subprocess
+    import sys
+
+    from common import free_port
+
+    bucket = s3.bucket("ranks")
+    args = ["capture", *MODEL, str(photos), "--batch-size", "2", "--format", "npy,zarr", "--device", "cpu"]
+    one = hd(tmp_path, *args, "-o", f"{bucket}/one", env=s3.env)
+    assert one.returncode == 0, one.stderr
+    base = {k: v for k, v in s3.env.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    base |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2",
+             "TMPDIR": str(short_tmp)}  # fmt: skip
+    command = [sys.executable, "-m", "hookdump", *args, "--workers", "0", "-o", f"{bucket}/two"]
+    ranks = [
+        subprocess.Popen(command, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for r in range(2)
+    ]  # fmt: skip
+    ended = [rank.communicate(timeout=600) for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [0, 0], ended
+    keys = [k.removeprefix("two/") for k in s3.keys(f"{bucket}/two")]
+    assert keys == [k.removeprefix("one/") for k in s3.keys(f"{bucket}/one")] and LEASE not in keys
+    for key in keys:
+        if key != "manifest.json":
+            assert s3.get(f"{bucket}/two/{key}") == s3.get(f"{bucket}/one/{key}"), key

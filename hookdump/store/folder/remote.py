@@ -81,7 +81,7 @@ def pending(folder: Path) -> bool:
         return False
 
 
-def check(url: str, overwrite: bool, resume: bool) -> None:
+def check(url: str, overwrite: bool, resume: bool, lease: bool = True) -> None:
     """Refuse, before any work, a folder on the bucket this run may not write: a manifest that is not
     hookdump's, a finished capture without ``--overwrite``, another run's lease; and a finished capture of
     this machine's that a cut-short publish left in the mirror, unless ``--resume`` publishes it or
@@ -103,7 +103,8 @@ def check(url: str, overwrite: bool, resume: bool) -> None:
             f"`{url}` already holds a capture ({MANIFEST}).",
             "Pass --overwrite to replace it, or choose another --out.",
         )
-    Lease(url).check()
+    if lease:  # (under torchrun, rank 0 alone: it holds the lease for them all)
+        Lease(url).check()
 
 
 def in_the_way(url: str, pattern: str) -> None:
