@@ -61,8 +61,14 @@ def cache() -> Path:
 
 
 def is_url(text: object) -> bool:
-    """Whether ``text`` is a URL (``scheme://...``) rather than a local path."""
-    return isinstance(text, str) and _SCHEME.match(text) is not None
+    """Whether ``text`` is a URL (``scheme://...``) rather than a local path (``file://`` is a local path:
+    ``plain``)."""
+    return isinstance(text, str) and _SCHEME.match(text) is not None and scheme(text) != "file"
+
+
+def plain(text: str) -> str:
+    """A ``file://`` URL as its local path (``file:///data/x`` -> ``/data/x``); anything else as it is."""
+    return text[len("file://") :] if text.lower().startswith("file://") else text
 
 
 def scheme(url: str) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..store.folder import remote
-from ..urls import is_url
+from ..urls import is_url, plain
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class CaptureOptions:
             raise UsageError(
                 f"--out `{shown}` holds a NUL character, which no file system takes.", "Choose another --out."
             )
-        return remote.mirror(self.out) if is_url(self.out) else Path(self.out)
+        return remote.mirror(self.out) if is_url(self.out) else Path(plain(str(self.out)))
 
     @property
     def url(self) -> str | None:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from ..errors import UsageError
-from ..inputs import files, loader, transforms
+from ..inputs import fetch, files, loader, transforms
 from ..inputs.fetch import shown
 from ..inputs.spec import InputSpec
 from ..model import attention, inventory, layers, layouts, opspecs, sources
@@ -45,7 +45,7 @@ def plan(
                 f"Capture without --png, then draw with hookdump show {published} -o FOLDER.",
             )
         remote.check(published, opts.overwrite, opts.resume, lease=parallel.world()[0] == 0)
-    out = opts.out if published is not None else Path(opts.out)
+    out = opts.out if published is not None else opts.folder
     opts = dataclasses.replace(opts, out=out, formats=choices.parse_formats(opts.formats))
     checks.check_options(opts)
     on_ranks = parallel.world()[1] > 1 and opts.shard is None  # torchrun: each rank plans its shard again
@@ -69,6 +69,7 @@ def plan(
     skipped: list[dict[str, str]] = []
     where: list[int] = []  # how many images come before each skipped file
     walk_notes: list[str] = []
+    fetch.settle()  # what the command began fetching is in (no fetch runs on a thread when a check forks)
     progress = read_progress(opts.folder) if opts.resume and source is not None else None
     journal: list[dict[str, Any]] = []  # the records of the inputs already captured, each hashed again
     if progress is not None:  # (under torchrun each rank checks its own shard's)

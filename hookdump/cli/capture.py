@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from .. import digest
+from ..inputs import fetch
 from . import process, shell
 from .options import (
     ConfigOpt,
@@ -147,8 +148,10 @@ def capture_command(
     print_config: PrintConfigOpt = False,
 ) -> None:
     """Hook layers, run images through the model in eval mode, write every captured tensor to files."""
+    storage = storage_options(storage_option)
     if not (dry_run or print_config):  # hashed for the manifest on the idle core while torch and timm import
         digest.prefetch(checkpoint)
+        fetch.prefetch(list(images or ()), storage)  # inputs behind URLs fetched meanwhile too
     # for speed: a command loads its modules (torch, numpy) when it runs; --help loads none
     from .. import api
     from ..inputs.spec import InputSpec
@@ -167,7 +170,6 @@ def capture_command(
     if int(os.environ.get("RANK", "0")) > 0:  # under torchrun, rank 0 alone speaks
         quiet, json_out = True, False
     with shell.user_output_to_stderr(json_out):
-        storage = storage_options(storage_option)
         if dry_run:
             found = api.plan(layer or [], model=spec, images=source, options=options, storage_options=storage)
         else:

@@ -21,7 +21,7 @@ from typer._coercion import TypeDescriptor
 from typer.core import TyperArgument, TyperOption
 
 from ..errors import InputError, did_you_mean
-from ..urls import is_url
+from ..urls import is_url, plain
 from .config_manifest import manifest_entries, schema_notes
 
 _SKIP_KEYS = {"config", "print_config", "help"}  # options about the config itself, never config keys
@@ -230,5 +230,5 @@ def _path(text: str, base: Path) -> str:
         return "@" + _path(text[1:], base)
     if is_url(text):
         return text
-    text = os.path.expanduser(text)
+    text = os.path.expanduser(plain(text))
     return text if os.path.isabs(text) else os.path.normpath(os.path.join(base, text))

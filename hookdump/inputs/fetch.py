@@ -10,18 +10,25 @@ bucket, the object's key below it; delete it at any time."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import threading
 import urllib.parse
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..urls import cache, call, filesystem, is_url, scheme
+from ..urls import cache, call, filesystem, given, is_url, scheme
 from .shards import braces
+from .walk import IMAGE_SUFFIXES
 
 _SAFE = "/._-~@+,=!$'()*"  # kept as they are in a cached file's name; anything else is %-quoted
+
+
+_prefetched: dict[str, Future[list[Path]]] = {}
 
 
 def cache_root() -> Path:
@@ -54,6 +61,49 @@ def local(name: str) -> str:
         return name
     url, sep, key = name.partition("::")
     return f"{cached(url)}{sep}{key}"
+
+
+def prefetch(texts: list[str], options: dict[str, Any]) -> None:
+    """Start listing and fetching the inputs among ``texts`` that are URLs, on a daemon thread, while torch
+    imports and the model is built (``options``: the storage options in force); ``expand_fetched`` takes
+    what it fetched. A failure is kept for then: the preflight says it where it would."""
+    urls_given = [t for t in texts if is_url(t) and not t.startswith("@")]
+    if not urls_given:
+        return
+
+    def work() -> None:
+        with given(options):
+            for text in urls_given:
+                future: Future[list[Path]] = _prefetched.setdefault(text, Future())
+                try:
+                    future.set_result(fetch([o for o in expand(text) if _input(o[0])]))
+                except BaseException as exc:  # handed to the preflight
+                    future.set_exception(exc)
+
+    for text in urls_given:
+        _prefetched.setdefault(text, Future())
+    threading.Thread(target=work, name="hookdump-fetch", daemon=True).start()
+
+
+def _input(name: str) -> bool:
+    """Whether an object is one the inputs take (an image, a tar shard, a table), by its name."""
+    return name.lower().endswith((*IMAGE_SUFFIXES, ".tar", ".parquet", ".arrow"))
+
+
+def settle() -> None:
+    """Wait for what ``prefetch`` started (before any fork: no thread of the fetch runs in a child)."""
+    for future in list(_prefetched.values()):
+        with contextlib.suppress(BaseException):
+            future.result()
+
+
+def listed(text: str) -> list[tuple[str, dict[str, Any] | None]]:
+    """``expand(text)``, once what ``prefetch`` started for it is done (its copies are then in the cache)."""
+    future = _prefetched.pop(text, None)
+    if future is not None:
+        with contextlib.suppress(BaseException):  # (a failure is met again, and said, by what follows)
+            future.result()
+    return expand(text)
 
 
 def current(name: str) -> Path:

@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import InputError, UsageError
 from ..model.sources.timm.names import ALIASES
 from ..units import first_few
-from ..urls import is_url
+from ..urls import is_url, plain
 from . import fetch, forks, parts, shards, tables
 from .fetch import shown
 from .images import check_image, load_formats, open_image
@@ -123,6 +123,7 @@ def none_readable(skipped: list[dict[str, str]]) -> InputError:
 def _expand(
     text: str, spec: InputSpec, skip: frozenset[Path], left_out: list[Path], listed: bool = False
 ) -> list[Path]:
+    text = plain(text)
     if is_url(text):
         return _remote(text, spec)
     kind = parts.named(text, listed)
@@ -196,7 +197,7 @@ def _listed(listing: str) -> list[str]:
 def _remote(url: str, spec: InputSpec) -> list[Path]:
     """The inputs a URL names, fetched into the local cache (``fetch``): its images, and each tar shard's
     samples or table's rows (a kind of ``parts`` by the object's name)."""
-    objects = fetch.expand(url)
+    objects = fetch.listed(url)
     kinds = [parts.named(name, True) for name, _ in objects]
     wanted = [
         (o, k)

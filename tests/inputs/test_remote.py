@@ -168,3 +168,13 @@ def test_credentials_the_server_refuses_and_a_missing_package(tmp_path: Path) ->
     done = hd(tmp_path, "capture", *MODEL, "s3://any/train-000.tar", "-o", "out", env=env)
     assert done.returncode == 4, done.stderr
     paragraph(done.stderr, "needs the `s3fs` package", "pip install 'hookdump[cloud]'")
+
+
+def test_file_urls_are_the_local_paths_they_name(remote, tmp_path: Path) -> None:
+    """``file://`` is the local file system: its inputs read in place, its ``--out`` a local folder."""
+    _, root = remote
+    out = tmp_path / "acts"
+    done = hd(tmp_path, "capture", *MODEL, f"file://{root}/loose", "--batch-size", "2", "-o", f"file://{out}")
+    assert done.returncode == 0, done.stderr
+    assert (out / "layer1.npy").read_bytes() == (root / "files" / "layer1.npy").read_bytes()
+    assert inputs_of(out)[0]["path"].startswith(str(root / "loose"))

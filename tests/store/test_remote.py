@@ -157,3 +157,26 @@ def test_two_ranks_into_a_bucket_publish_the_single_process_capture(
     for key in keys:
         if key != "manifest.json":
             assert s3.get(f"{bucket}/two/{key}") == s3.get(f"{bucket}/one/{key}"), key
+
+
+def test_storage_options_from_a_config_table_are_used_and_never_printed_or_recorded(
+    s3, tmp_path: Path, photos: Path
+) -> None:
+    """A ``[storage]`` table in ``--config`` reaches the bucket (here its endpoint, with none in the
+    environment); ``--print-config`` and the manifest hold none of its values."""
+    url = s3.bucket("configured") + "/acts"
+    secret = s3.env["AWS_SECRET_ACCESS_KEY"]
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'[capture]\nout = "{url}"\n\n[storage]\nendpoint_url = "{s3.endpoint}"\nsecret = "{secret}"\n'
+        f'key = "{s3.env["AWS_ACCESS_KEY_ID"]}"\n'
+    )
+    env = {k: v for k, v in s3.env.items() if not k.startswith(("AWS_ENDPOINT", "AWS_ACCESS", "AWS_SECRET"))}
+    done = hd(tmp_path, "capture", *MODEL, photos, "--config", config, env=env)
+    assert done.returncode == 0, done.stderr
+    manifest = s3.get(f"{url}/manifest.json").decode()
+    assert s3.endpoint not in manifest and "storage" not in json.loads(manifest)["options"]
+    printed = hd(tmp_path, "capture", *MODEL, photos, "--config", config, "--print-config", env=env)
+    assert printed.returncode == 0, printed.stderr
+    assert f'out = "{url}"' in printed.stdout and s3.endpoint not in printed.stdout
+    assert "endpoint_url" not in printed.stdout and secret not in printed.stdout + done.stderr + done.stdout

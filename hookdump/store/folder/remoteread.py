@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ...errors import InputError
 from ...inputs import fetch
-from ...urls import filesystem, is_url, join
+from ...urls import filesystem, is_url, join, plain
 from . import remote
 from .lease import Lease, read_object
 from .manifest import MANIFEST
@@ -23,7 +23,7 @@ def local(text: str | Path) -> Path:
     """A reader's folder or file: a local path as it is; a URL as its local copy (``local_copy`` of a
     capture folder; a tensor file, ``.npy`` / ``.pt`` / ``.safetensors``, fetched alone)."""
     if not is_url(str(text)):
-        return Path(text)
+        return Path(plain(str(text)))
     if str(text).lower().endswith((".npy", ".pt", ".safetensors")):
         return fetch.fetch(fetch.expand(str(text), "tensor file"))[0]
     return local_copy(str(text))
