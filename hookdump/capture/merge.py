@@ -4,6 +4,7 @@ capture one process would have written (torchrun's rank 0 merges its ranks' fold
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import torch
 
 from ..errors import InputError, UsageError
 from ..inputs.files import skipped_note
-from ..store.folder import outdir, remote
+from ..store.folder import outdir, remote, zarrjoin
 from ..store.folder.captured import Captured, key_from_json
 from ..store.folder.commit import owned
 from ..store.folder.lease import Lease
@@ -20,8 +21,9 @@ from ..store.folder.lock import check_free
 from ..store.folder.manifest import MANIFEST, entry_stem
 from ..store.folder.reader import Capture, read_manifest
 from ..store.folder.remoteread import local
-from ..store.folder.saved import SavedTensor
+from ..store.folder.saved import Adopted, SavedTensor
 from ..store.folder.writer import Writer
+from ..store.formats.zarr import ZARR_STORE
 from ..units import parse_size
 from ..urls import is_url
 
@@ -54,9 +56,12 @@ def merge_to(shards: list[str], out: str, overwrite: bool = False) -> MergeResul
     return dataclasses.replace(merged, out=out, manifest=kept)
 
 
-def merge(shard_dirs: list[Path], out: Path, overwrite: bool = False) -> MergeResult:
+def merge(
+    shard_dirs: list[Path], out: Path, overwrite: bool = False, joined: Joined | None = None
+) -> MergeResult:
     """Join the folders of ``capture --shard I/N`` (all N, each once, of one run) into ``out``, as one
-    process would have written it."""
+    process would have written it; ``joined``: their rows already in the store ``tensors.zarr`` becomes
+    (torchrun's ranks wrote their own); else this process writes each part's rows into it."""
     manifests = [_shard_manifest(d) for d in shard_dirs]
     _check_complete_set(shard_dirs, manifests)
     order = sorted(range(len(manifests)), key=lambda i: manifests[i]["shard"]["index"])
@@ -75,17 +80,54 @@ def merge(shard_dirs: list[Path], out: Path, overwrite: bool = False) -> MergeRe
     shard_bytes = None
     if options.get("shard_size"):
         shard_bytes = parse_size(options["shard_size"])
-    rows = int(options.get("zarr_chunk") or options["batch_size"])  # tensors.zarr chunked as one process does
-    with Writer(
-        out, formats, "keep", overwrite, shard_bytes=shard_bytes, command="merge", zarr_rows=rows
-    ) as writer:
-        for capture in captures:
+    streamed = tuple(f for f in formats if f != "zarr")  # tensors.zarr is joined from the parts' stores
+    with Writer(out, streamed, "keep", overwrite, shard_bytes=shard_bytes, command="merge") as writer:
+        for capture in captures if streamed else []:
             for stem, entry in entries.items():
                 _append(writer, entry, capture[stem])
-        records = [_captured(stem, entry, captures) for stem, entry in entries.items()]
+        records = [_captured(stem, entry, captures) for stem, entry in entries.items()] if streamed else []
         header = _merged_header(first, captures, shard_dirs, out)
-        saved = writer.commit(records, header)
+        adopted = None
+        if "zarr" in formats:
+            places = [(stem, f) for stem in entries for f in formats]  # the manifest's order
+            adopted = _joined_zarr(captures, writer.scratch, zarr_rows(options), places, joined)
+        saved = writer.commit(records, header, adopted)
     return MergeResult(out, out / MANIFEST, len(captures), len(header["inputs"]), saved)
+
+
+@dataclass
+class Joined:
+    """The store ``tensors.zarr`` of a run whose parts wrote their rows into it (``zarrjoin.write_part``),
+    and their stats (an ``Accumulator`` state per array, per part)."""
+
+    store: Path
+    states: list[list[dict[str, Any]]]
+
+
+def zarr_rows(options: dict[str, Any]) -> int:
+    """The inputs in a chunk of a run's ``tensors.zarr`` (its manifest's ``options``)."""
+    return int(options.get("zarr_chunk") or options["batch_size"])
+
+
+def _joined_zarr(
+    captures: list[Capture], scratch: Path, rows: int, order: list[tuple[str, str]], joined: Joined | None
+) -> Adopted:
+    """``tensors.zarr`` of the parts joined in ``scratch`` (their rows written here, unless ``joined`` holds
+    them), with each array's manifest entry: a part's, for the rows of all, with the stats of all."""
+    join, store = zarrjoin.plan(captures, rows), scratch / ZARR_STORE
+    if joined is None:
+        zarrjoin.create(join, store, captures)
+        states = [zarrjoin.write_part(join, store, p, c) for p, c in enumerate(captures)]
+    else:
+        os.replace(joined.store, store)
+        states = joined.states
+    stats = zarrjoin.finish(join, store, captures, states)
+    entries = {entry_stem(e): e for e in captures[0].manifest["tensors"] if e.get("format") == "zarr"}
+    saved = []
+    for stem, array, result in zip(join.stems, join.arrays, stats, strict=True):
+        entry = {**entries[stem], "shape": list(array.shape), "stats": result}
+        saved.append(SavedTensor(**{**entry, "modified_in_place_after_hook": _modified(stem, captures)}))
+    return Adopted(saved, {ZARR_STORE: ZARR_STORE}, order)
 
 
 def _check_out(
@@ -171,13 +213,18 @@ def _captured(stem: str, entry: dict[str, Any], captures: list[Any]) -> Captured
     )
     if record.stem != stem:
         record.calls_per_forward = 2
-    record.modified_in_place = any(
+    record.modified_in_place = _modified(stem, captures)
+    return record
+
+
+def _modified(stem: str, captures: list[Capture]) -> bool:
+    """Whether a hook saw tensor ``stem`` changed in place after it in any part."""
+    return any(
         e.get("modified_in_place_after_hook", False)
         for c in captures
         for e in c.manifest["tensors"]
         if entry_stem(e) == stem
     )
-    return record
 
 
 def _merged_header(

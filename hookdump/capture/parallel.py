@@ -18,9 +18,11 @@ import torch
 from ..errors import HookdumpError, InputError, Interrupted, UsageError
 from ..inputs import shards
 from ..inputs.fetch import shown
+from ..store.folder import zarrjoin
 from ..store.folder.journal import read_progress
-from ..store.folder.reader import read_manifest
-from .merge import MergeResult, merge
+from ..store.folder.reader import Capture, read_manifest
+from ..store.formats.zarr import ZARR_STORE
+from .merge import Joined, MergeResult, merge, zarr_rows
 from .options import CaptureOptions
 
 if TYPE_CHECKING:  # types only
@@ -188,9 +190,35 @@ def _gather_and_merge(
             if created and opts.folder.is_dir() and not any(opts.folder.iterdir()):
                 opts.folder.rmdir()
         raise InputError(failed[0], "The other ranks stopped with it; fix that rank's problem and rerun.")
+    parts = [folder / f"rank-{r}" for r in range(shards)]
+    joined = _zarr_on_ranks(parts, folder / ZARR_STORE) if "zarr" in opts.formats else None
     if rank == 0:
-        parts = [folder / f"rank-{r}" for r in range(shards)]
-        result = merge(parts, opts.folder, overwrite=opts.overwrite or opts.resume)
+        result = merge(parts, opts.folder, overwrite=opts.overwrite or opts.resume, joined=joined)
         shutil.rmtree(folder, ignore_errors=True)
     dist.barrier()
     return result
+
+
+def _zarr_on_ranks(parts: list[Path], store: Path) -> Joined | None:
+    """Each rank's rows into the chunks of the run's ``tensors.zarr`` wholly its own (rank 0 creates the
+    arrays first; ``merge`` writes the chunks two ranks share); rank 0 gets the store and every rank's stats.
+    A rank that fails fails the run, with its message."""
+    import torch.distributed as dist
+
+    rank, size, _ = world()
+    captures = [Capture(p) for p in parts]
+    join = zarrjoin.plan(captures, zarr_rows(captures[0].manifest["options"]))
+    if rank == 0:
+        zarrjoin.create(join, store, captures)
+    dist.barrier()
+    mine: list[list[dict[str, Any]]] | str = []
+    try:
+        mine = [zarrjoin.write_part(join, store, rank, captures[rank])] if rank < len(parts) else []
+    except (OSError, HookdumpError) as exc:
+        mine = f"rank {rank}: writing its rows of `{store}`: {exc}"
+    answers: list[list[list[dict[str, Any]]] | str] = [[]] * size
+    dist.all_gather_object(answers, mine)
+    failed = [a for a in answers if isinstance(a, str)]
+    if failed:
+        raise InputError(failed[0], "The other ranks stopped with it; fix that rank's problem and rerun.")
+    return Joined(store, [s for a in answers if not isinstance(a, str) for s in a]) if rank == 0 else None

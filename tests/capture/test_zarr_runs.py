@@ -62,6 +62,24 @@ def whole(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return photos, root / "out"
 
 
+@pytest.fixture(scope="module")
+def by_threes(tmp_path_factory: pytest.TempPathFactory, whole: tuple[Path, Path]) -> tuple[Path, Path]:
+    """The same photos captured with --zarr-chunk 3: chunks that straddle the shards' whole batches of 2."""
+    out = tmp_path_factory.mktemp("threes") / "out"
+    done = hd("capture", *ARGS, "--zarr-chunk", "3", whole[0], "-o", out, "-q")
+    assert done.returncode == 0, done.stderr
+    return whole[0], out
+
+
+CHUNKS = pytest.mark.parametrize(
+    "chunk", [(), ("--zarr-chunk", "3")], ids=["chunks of a batch", "chunks across the parts"]
+)
+
+
+def _reference(request: pytest.FixtureRequest, chunk: tuple[str, ...]) -> tuple[Path, Path]:
+    return request.getfixturevalue("by_threes" if chunk else "whole")  # type: ignore[no-any-return]
+
+
 def test_a_capture_killed_after_two_batches_resumes_to_the_same_store(
     tmp_path: Path, whole: tuple[Path, Path]
 ) -> None:
@@ -91,23 +109,30 @@ def test_a_kill_in_the_final_moves_is_finished_by_the_next_run(
     _same_store(out, whole[1])  # the older store set aside whole, and gone with the scratch folder
 
 
-def test_shards_merged_give_the_store_of_one_process(tmp_path: Path, whole: tuple[Path, Path]) -> None:
-    photos = whole[0]
+@CHUNKS
+def test_shards_merged_give_the_store_of_one_process(
+    tmp_path: Path, request: pytest.FixtureRequest, chunk: tuple[str, ...]
+) -> None:
+    """Shards of 2, 2 and 3 photos; in chunks of 3 the first two own no chunk: merge writes them all."""
+    photos, whole = _reference(request, chunk)
     shards = [tmp_path / f"s{i}" for i in range(3)]
     for i, shard in enumerate(shards):
-        assert hd("capture", *ARGS, photos, "-o", shard, "--shard", f"{i}/3", "-q").returncode == 0
+        done = hd("capture", *ARGS, *chunk, photos, "-o", shard, "--shard", f"{i}/3", "-q")
+        assert done.returncode == 0, done.stderr
     assert [zarr.open_group(s / "tensors.zarr", mode="r")["conv1"].shape[0] for s in shards] == [2, 2, 3]
     merged = hd("merge", *reversed(shards), "-o", tmp_path / "merged")
     assert merged.returncode == 0, merged.stderr
-    _same_store(tmp_path / "merged", whole[1])
+    _same_store(tmp_path / "merged", whole)
 
 
+@CHUNKS
 def test_two_ranks_started_by_hand_give_the_store_of_one_process(
-    tmp_path: Path, short_tmp: Path, whole: tuple[Path, Path]
+    tmp_path: Path, short_tmp: Path, request: pytest.FixtureRequest, chunk: tuple[str, ...]
 ) -> None:
     """torch.distributed's environment set by hand, as a job scheduler would (no torchrun): each rank
-    captures its shard, rank 0 merges them."""
-    photos, out = whole[0], tmp_path / "ranks"
+    captures its shard and writes its rows into the chunks of tensors.zarr wholly its own, rank 0 the chunk
+    they share (rows 3..6 in chunks of 3) and the rest of the capture."""
+    (photos, whole), out = _reference(request, chunk), tmp_path / "ranks"
     base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     base |= {
         "MASTER_ADDR": "127.0.0.1",
@@ -121,6 +146,7 @@ def test_two_ranks_started_by_hand_give_the_store_of_one_process(
         "hookdump",
         "capture",
         *ARGS,
+        *chunk,
         str(photos),
         "-o",
         str(out),
@@ -135,4 +161,4 @@ def test_two_ranks_started_by_hand_give_the_store_of_one_process(
     ended = [rank.communicate(timeout=600) for rank in ranks]
     assert [rank.returncode for rank in ranks] == [0, 0], ended
     assert ended[0][0].count("wrote ") == 1 and "wrote " not in ended[1][0]  # rank 0 alone reports
-    _same_store(out, whole[1])
+    _same_store(out, whole)

@@ -15,6 +15,7 @@ from ..formats.pt import write_pt
 from ..formats.safetensors import SAFETENSORS_INDEX, write_safetensors
 from ..formats.zarr import ZARR_STORE, ZarrTensor, write_zarr
 from .captured import Captured, Key
+from .manifest import entry_stem
 
 
 @dataclass
@@ -43,6 +44,22 @@ class SavedTensor:
             if entry[name] is None:
                 del entry[name]
         return entry
+
+
+@dataclass
+class Adopted:
+    """Files of a run written elsewhere than from its streams (``tensors.zarr`` joined from the run's parts,
+    in the scratch folder): their manifest entries, their moves, and each entry's place in the manifest."""
+
+    saved: list[SavedTensor]
+    moves: dict[str, str]
+    order: list[tuple[str, str]]  # (tensor, format) of every entry, the manifest's order
+
+    def arranged(self, saved: list[SavedTensor]) -> list[SavedTensor]:
+        """``saved`` and the adopted entries, in the manifest's order."""
+        return sorted(
+            [*saved, *self.saved], key=lambda s: self.order.index((entry_stem(s.as_dict()), s.format))
+        )
 
 
 def dtype_name(dtype: torch.dtype) -> str:

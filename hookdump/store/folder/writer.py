@@ -19,7 +19,7 @@ from .journal import CLASSES, INPUTS, PROGRESS, RUN, SCRATCH
 from .lock import OutputLock
 from .manifest import MANIFEST
 from .reader import read_manifest
-from .saved import SavedTensor
+from .saved import Adopted, SavedTensor
 from .streams import Streams
 
 
@@ -194,10 +194,14 @@ class Writer:
         if self._keep_scratch and read_manifest(self.out) is None:
             commit.write_json(self.out / MANIFEST, manifest)
 
-    def commit(self, entries: list[Captured], header: dict[str, Any]) -> list[SavedTensor]:
+    def commit(
+        self, entries: list[Captured], header: dict[str, Any], adopted: Adopted | None = None
+    ) -> list[SavedTensor]:
         """Name the files, write the other formats from the streams (never holding a whole tensor), move
-        everything into ``out``, manifest last."""
+        everything into ``out`` (``adopted``'s files too), manifest last."""
         saved, moves = self.tensors.save(entries, self.shard_bytes, header)
+        if adopted is not None:
+            saved, moves = adopted.arranged(saved), {**moves, **adopted.moves}
         header = dict(header)
         records = header.get("inputs")
         if isinstance(records, list) and records and not any(r.get("random") for r in records):

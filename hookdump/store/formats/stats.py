@@ -100,6 +100,18 @@ class Accumulator:
         """Everything, as JSON (``progress.json``), for ``from_state`` after --resume."""
         return dict(vars(self))
 
+    def add(self, other: Accumulator) -> None:
+        """Take in what ``other`` counted (rows of the same tensor seen elsewhere: another rank's): the sums'
+        partials added exactly, so the result is that of one accumulator over all the rows, bit for bit."""
+        for name in ("count", "finite", "zeros", "nan", "inf"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name, pick in (("min", min), ("max", max)):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            setattr(self, name, theirs if mine is None else mine if theirs is None else pick(mine, theirs))
+        for partials, more in ((self.sum, other.sum), (self.squares, other.squares)):
+            for x in more:
+                _exact_add(partials, x)
+
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Accumulator:
         acc = cls()

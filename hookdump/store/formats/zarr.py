@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -64,6 +65,22 @@ def dimension_names(name: str, layout: str | None, ndim: int, per_input: int = 1
     return [first, *(f"{name}.{axis}" for axis in rest)][:ndim]
 
 
+class ZarrArray(NamedTuple):
+    """One array of the group before any row of it: its name, shape and dtype, layout, rows per input (a
+    windowed tensor's windows; else 1) and attributes."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    layout: str | None
+    per_input: int
+    attributes: dict[str, Any]
+
+    def chunk_rows(self, inputs: int) -> int:
+        """The rows of one chunk when a chunk holds ``inputs`` inputs."""
+        return max(1, inputs * self.per_input)
+
+
 def write_zarr(
     tensors: list[ZarrTensor],
     store: Any,
@@ -75,33 +92,87 @@ def write_zarr(
     ``chunk_rows`` inputs along its first axis, the other axes whole; ``attributes``: the group's;
     ``inputs``: the inputs' records, whose path, sha256 and label become 1-D arrays along ``input`` (the
     coordinates xarray shows), when there is one per row. Metadata consolidated (xarray opens it at once)."""
+    arrays = []
+    for tensor in tensors:
+        dtype, shape, _ = npy_layout(tensor.source)
+        arrays.append(
+            ZarrArray(tensor.name, shape, dtype, tensor.layout, tensor.per_input, tensor.attributes)
+        )
+    group = create(store, arrays, chunk_rows, attributes, inputs)
+    for tensor, array in zip(tensors, arrays, strict=True):
+        if math.prod(array.shape):
+            dtype, shape, offset = npy_layout(tensor.source)
+            source = np.memmap(tensor.source, dtype, mode="r", offset=offset, shape=shape)
+            copy_rows(group[array.name], source, 0, shape[0])
+    consolidate(group.store)
+
+
+def create(
+    store: Any,
+    arrays: list[ZarrArray],
+    chunk_rows: int,
+    attributes: dict[str, Any],
+    inputs: list[dict[str, Any]] | None = None,
+) -> Any:
+    """The group ``store`` with ``arrays`` in it, each chunked by ``chunk_rows`` inputs, none of their
+    chunks written yet, and the inputs' coordinates (``write_zarr`` says which); the group."""
     zarr = require()
-    coordinates = _coordinates(tensors, inputs or [])
+    coordinates = _coordinates(arrays, inputs or [])
     if coordinates:
         attributes = {**attributes, "coordinates": " ".join(n for n in coordinates if n != INPUT)}
     group = zarr.open_group(store, mode="w", zarr_format=3, attributes=attributes)
-    for tensor in tensors:
-        _write_array(zarr, group, tensor, chunk_rows)
+    for array in arrays:
+        group.create_array(
+            array.name,
+            shape=array.shape,
+            chunks=tuple(max(1, n) for n in (array.chunk_rows(chunk_rows), *array.shape[1:])),
+            dtype=array.dtype,
+            compressors=zarr.codecs.BloscCodec(cname="zstd", clevel=CLEVEL, shuffle="shuffle"),
+            dimension_names=dimension_names(array.name, array.layout, len(array.shape), array.per_input),
+            attributes=array.attributes,
+            chunk_key_encoding={"name": "default", "separator": "."},  # c.0.0.0.0: a flat folder per array
+            config={"write_empty_chunks": True},  # a chunk of zeros holds its bytes: -0.0 stays -0.0
+        )
     for name, values in coordinates.items():
         integers = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
         kind: Any = np.int64 if integers else str
-        array = group.create_array(
+        coordinate = group.create_array(
             name, shape=(len(values),), chunks=(max(len(values), 1),), dtype=kind, dimension_names=[INPUT]
         )
         if values:
-            array[:] = np.array(values if integers else [str(v) for v in values], dtype=array.dtype)
-    with (
-        warnings.catch_warnings()
-    ):  # "not part of the Zarr format 3 specification" yet: zarr and xarray read it
+            coordinate[:] = np.array(values if integers else [str(v) for v in values], dtype=coordinate.dtype)
+    return group
+
+
+def copy_rows(
+    target: Any, source: Any, start: int, end: int, offset: int = 0, seen: Callable[[Any], None] | None = None
+) -> None:
+    """``source[start - offset : end - offset]`` into rows ``[start, end)`` of the zarr array ``target``, a
+    few whole chunks at a time (``start`` on a chunk's edge, ``end`` too or the array's end); ``seen``
+    is shown each piece as it passes."""
+    rows = int(target.chunks[0])
+    row_bytes = math.prod(int(n) for n in target.shape[1:]) * np.dtype(target.dtype).itemsize
+    step = rows * max(1, WRITE_BYTES // max(1, rows * row_bytes))
+    for first in range(start, end, step):
+        last = min(first + step, end)
+        piece = np.asarray(source[first - offset : last - offset])
+        if seen is not None:
+            seen(piece)
+        target[first:last] = piece
+
+
+def consolidate(store: Any) -> None:
+    """The group's metadata in one ``zarr.json`` (xarray opens the store from it at once)."""
+    with warnings.catch_warnings():  # "not part of the Zarr format 3 specification" yet: zarr, xarray read it
         warnings.simplefilter("ignore")
-        zarr.consolidate_metadata(group.store)
+        require().consolidate_metadata(store)
 
 
-def _coordinates(tensors: list[ZarrTensor], inputs: list[dict[str, Any]]) -> dict[str, list[Any]]:
+def _coordinates(arrays: list[ZarrArray], inputs: list[dict[str, Any]]) -> dict[str, list[Any]]:
     """The inputs' path, sha256 and label, by array name, where every input has one (a label: any); none when
-    a tensor's rows are not one per input, or a tensor has one of their names."""
-    names = {t.name for t in tensors}
-    rows = {npy_layout(t.source)[1][0] for t in tensors if t.per_input == 1}
+    an array's rows are not one per input, or an array has one of their names."""
+    names = {a.name for a in arrays}
+    rows = {a.shape[0] for a in arrays if a.per_input == 1}
     if not inputs or rows - {len(inputs)} or names & set(COORDINATES.values()):
         return {}
     found: dict[str, list[Any]] = {}
@@ -112,31 +183,6 @@ def _coordinates(tensors: list[ZarrTensor], inputs: list[dict[str, Any]]) -> dic
         elif all(isinstance(v, str) for v in values):
             found[name] = values
     return found if INPUT in found else {}
-
-
-def _write_array(zarr: Any, group: Any, tensor: ZarrTensor, chunk_rows: int) -> None:
-    """One array, copied from its ``.npy`` a few chunks at a time; every chunk written (also one of zeros,
-    so that each holds its bytes: ``-0.0`` stays ``-0.0``)."""
-    dtype, shape, offset = npy_layout(tensor.source)
-    rows = max(1, chunk_rows * tensor.per_input)
-    array = group.create_array(
-        tensor.name,
-        shape=shape,
-        chunks=tuple(max(1, n) for n in (rows, *shape[1:])),
-        dtype=dtype,
-        compressors=zarr.codecs.BloscCodec(cname="zstd", clevel=CLEVEL, shuffle="shuffle"),
-        dimension_names=dimension_names(tensor.name, tensor.layout, len(shape), tensor.per_input),
-        attributes=tensor.attributes,
-        chunk_key_encoding={"name": "default", "separator": "."},  # c.0.0.0.0: a flat folder per array
-        config={"write_empty_chunks": True},
-    )
-    if math.prod(shape) == 0:
-        return
-    rows_bytes = rows * math.prod(shape[1:]) * dtype.itemsize
-    step = rows * max(1, WRITE_BYTES // rows_bytes)
-    source = np.memmap(tensor.source, dtype, mode="r", offset=offset, shape=shape)
-    for start in range(0, shape[0], step):
-        array[start : start + step] = source[start : start + step]
 
 
 def open_group(store: Any, needs: str) -> Any:
