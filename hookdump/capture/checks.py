@@ -56,6 +56,11 @@ def check_options(opts: CaptureOptions) -> None:
             f"--zarr-chunk {opts.zarr_chunk} is not a number of inputs from 1 to {MAX_BATCH}.",
             "Use 1 or more (the inputs in a chunk of tensors.zarr; leave it out for --batch-size).",
         )
+    if opts.max_queue_mb is not None and not 0 <= opts.max_queue_mb < 2**40:  # (NaN fails it too)
+        raise UsageError(
+            f"--max-queue-mb {opts.max_queue_mb} is not a size in MB.",
+            "Give 0 or more (0: each batch reaches the disk before the next one runs), or leave it out.",
+        )
     if "zarr" in opts.formats:
         zarr.require()  # an optional package: one paragraph naming the extra, before any work
     if opts.shard is not None:

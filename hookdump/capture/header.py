@@ -63,6 +63,7 @@ def options_record(
         "reduce": opts.reduce,
         "shard_size": opts.shard_size,
         **({"zarr_chunk": opts.zarr_chunk} if opts.zarr_chunk is not None else {}),  # (absent: as --compile)
+        **({"max_queue_mb": opts.max_queue_mb} if opts.max_queue_mb is not None else {}),  # (likewise)
         "skip_bad": opts.skip_bad,
         "workers": opts.workers,
         "shard": opts.shard,

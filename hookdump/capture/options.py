@@ -26,6 +26,8 @@ class CaptureOptions:
         reduce: ``none``, or pool each map at hook time: ``mean`` / ``max`` over space (or tokens), ``cls``.
         shard_size: safetensors shards of at most this size (``2GB``, ``500MB``, bytes); None: one file.
         zarr_chunk: the inputs in a chunk of ``tensors.zarr`` (along its first axis); None: ``batch_size``.
+        max_queue_mb: the most the writer thread holds while the next batch runs, in MB (0: each batch on
+            disk before the next one runs; None: 1/256 of the memory available at the start).
         workers: image-decoding worker processes (0: in process; None: a number that suits the machine).
         skip_bad: record unreadable images in the manifest and go on, instead of stopping.
         resume: continue the interrupted capture in ``out`` (same options, same inputs).
@@ -51,6 +53,7 @@ class CaptureOptions:
     reduce: str = "none"
     shard_size: str | None = None
     zarr_chunk: int | None = None
+    max_queue_mb: float | None = None
     workers: int | None = None
     skip_bad: bool = False
     resume: bool = False

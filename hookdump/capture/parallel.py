@@ -19,7 +19,7 @@ from ..errors import HookdumpError, InputError, Interrupted, UsageError
 from ..inputs import shards
 from ..inputs.fetch import shown
 from ..store.folder import zarrjoin
-from ..store.folder.journal import read_progress
+from ..store.folder.journal import NO_BYTE_CHANGED, read_progress
 from ..store.folder.reader import Capture, read_manifest
 from ..store.formats.zarr import ZARR_STORE
 from .merge import Joined, MergeResult, merge, zarr_rows
@@ -53,7 +53,7 @@ def shard_rows(rows: int, batch_size: int, index: int, count: int) -> tuple[int,
 
 def run_id(options: dict[str, Any], inputs: list[str]) -> str:
     """What every shard of one run shares: its options (but where it writes and which shard) and inputs."""
-    same = {k: v for k, v in options.items() if k not in ("out", "shard", "workers")}
+    same = {k: v for k, v in options.items() if k not in ("shard", *NO_BYTE_CHANGED)}
     text = json.dumps([same, inputs], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -26,7 +26,7 @@ from ..store.folder.captured import Captured, Key
 from ..store.folder.reader import finished_manifest
 from ..store.folder.writer import Writer
 from . import header, parallel, prepare, shapes
-from .behind import Behind
+from .behind import Behind, queue_bytes
 from .compiled import Compiled
 from .recorder import Recorder
 from .reduce import token_layout
@@ -81,21 +81,28 @@ def run(
 
         def write(item: tuple[dict[Key, torch.Tensor], dict[str, Any], list[int], int, list[Any]]) -> None:
             tensors, progress, classes, images, records = item
-            writer.tensors.append(tensors)
+            while tensors:  # each tensor let go of once on disk: what the writer holds shrinks as it goes
+                key = next(iter(tensors))
+                tensor = tensors.pop(key)
+                writer.tensors.append({key: tensor})
+                nbytes = tensor.nbytes
+                del tensor
+                behind.release(nbytes)
             writer.checkpoint(progress, classes, [finish(record) for record in records])
             if on_batch is not None:
                 start = profile.clock()
                 on_batch(images, len(found.paths) or 1, writer.tensors.bytes_written())
                 profile.add("on_batch", start)  # the progress line, and malloc_trim in the console script
 
-        behind = Behind(write)
+        behind = Behind(write, queue_bytes(opts.max_queue_mb))
 
         def sink(tensors: dict[Key, torch.Tensor], batch: loader.Batch, classes: list[int]) -> None:
             watch.check(tensors)
             state.advance(batch, classes)
             progress = state.progress(len(input_list), recorder)
             start = profile.clock()
-            behind.put((tensors, progress, classes, state.images, batch.records))
+            nbytes = sum(t.nbytes for t in tensors.values())
+            behind.put((tensors, progress, classes, state.images, batch.records), nbytes)
             profile.add("writer wait", start)
 
         def stopped(exc: KeyboardInterrupt) -> Interrupted:
@@ -154,6 +161,7 @@ def run(
             notes += frame_notes(records) + classfolders.note(records)
         extra = {**prepare.run_record(recorder, run, opts, state.classes), "skipped": state.skipped}
         extra["notes"] = notes
+        extra["writer_queue"] = {"max_bytes": behind.max_bytes, "peak_bytes": behind.peak}
         extra["compile"] = compiled.record() if compiled is not None else None
         if found.shard is not None:
             extra["shard"] = found.shard

@@ -109,6 +109,14 @@ def capture_command(
             metavar="ROWS", help="Inputs in a chunk of tensors.zarr (--format zarr); default --batch-size."
         ),
     ] = None,
+    max_queue_mb: Annotated[
+        float | None,
+        typer.Option(
+            metavar="MB",
+            help="Most the writer holds while the next batch runs (0: write each batch first);"
+            " default 1/256 of the available memory.",
+        ),
+    ] = None,
     skip_bad: Annotated[
         bool, typer.Option("--skip-bad", help="Record unreadable images in the manifest and go on.")
     ] = False,

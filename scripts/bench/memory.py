@@ -19,7 +19,10 @@ removed at the end. ``--quick``: 8 images, one round.
 
     .venv/bin/python scripts/bench/memory.py [--images 192] [--rounds 3] [--compare-rounds N]
         [--formats] [--format-images 512,1024,2048,4096,8192] [--resnet 512,2048] [--settings]
-        [--speed 256]
+        [--speed 256] [--queue 128 --queue-rows resnet50,twins --queue-bounds default,0,1000000]
+
+``--queue N``: issue 46's table (``queue``): resnet50 ``layer1``..``layer4`` and twins_svt_large's 28 layers
+over N photos, hookdump under each ``--queue-bounds`` against the same-settings bare forward.
 
 ``--compare-rounds 0`` skips the first table (``--formats --compare-rounds 0``: the formats table only).
 """
@@ -134,6 +137,37 @@ def speed(work: Path, count: int, rounds: int) -> None:
     harness.table(title, harness.rounds(cases, rounds), "hookdump", columns)
 
 
+LOOPS = str(Path(__file__).with_name("loops.py"))
+QUEUE_ROWS = {  # the issue 46 rows: a model and its layers (for hookdump's -l and the bare script's names)
+    "resnet50": (RESNET, STAGES),
+    "twins": ("twins_svt_large", ["pos_block.*.proj.0", "blocks.*.*"]),
+}
+UNBOUNDED = "1000000"  # MB: no bound in bytes, the queue's depth alone (as before issue 46)
+
+
+def queue(work: Path, count: int, rows: list[str], bounds: list[str], rounds: int) -> None:
+    """Issue 46's table, a row a model: peak RSS and wall time of hookdump under each ``--max-queue-mb``
+    (``default``: 1/256 of the available memory) against the bare forward with hookdump's own process
+    settings (``loops.py`` ``bare+``: decode, forward, malloc_trim after each batch; no hooks, nothing
+    saved), batch 32, fresh processes in turn; medians."""
+    images = photos(work / f"images-{count}", count)
+    columns = [RSS_RATIO, harness.Column("x cpu", "cpu", ratio=True)]
+    for row in rows:
+        model, layers = QUEUE_ROWS[row]
+        cases = {"bare forward, hookdump's settings": lambda m=model: harness.process(
+            harness.me(LOOPS, "bare+", m, images, work / "bare", 32))}  # fmt: skip
+        for bound in bounds:
+            extra = [] if bound == "default" else ["--max-queue-mb", bound]
+            name = "hookdump, no byte bound" if bound == UNBOUNDED else f"hookdump --max-queue-mb {bound}"
+            cmd = capture(model, layers, images, work / "out", "--batch-size", 32, "--overwrite", *extra)
+            cases[name] = lambda cmd=cmd: measure(cmd, work / "out")
+        results = harness.rounds(cases, rounds, alternate=True)
+        title = (
+            f"{model} -l {','.join(layers)}, {count} photos, batch 32 (issue 46: RSS <= 1.10x, wall <= 1.05x)"
+        )
+        harness.table(title, results, "bare forward, hookdump's settings", columns)
+
+
 def main() -> None:
     options = harness.parser(__doc__, rounds=3)
     options.add_argument("--images", type=int, default=192, help="images of the hookdump/hand-written table")
@@ -147,6 +181,9 @@ def main() -> None:
         "--settings", action="store_true", help="that table under the other malloc settings too"
     )
     options.add_argument("--speed", type=int, default=0, help="photos of the speed table (0: skip it)")
+    options.add_argument("--queue", type=int, default=0, help="photos of the writer-queue table (0: skip it)")
+    options.add_argument("--queue-rows", default="resnet50,twins", help="its rows: resnet50, twins")
+    options.add_argument("--queue-bounds", default=f"default,0,{UNBOUNDED}", help="its --max-queue-mb values")
     args: argparse.Namespace = harness.parse(options, quick={"images": 8, "rounds": 1})
     counts = [int(n) for n in args.format_images.split(",")]
     rows = [(fmt, 16, counts) for fmt in FORMATS] if args.formats else []
@@ -159,6 +196,8 @@ def main() -> None:
             formats(work, rows, list(SETTINGS) if args.settings else ["hookdump"], args.rounds)
         if args.speed:
             speed(work, args.speed, args.rounds)
+        if args.queue:
+            queue(work, args.queue, args.queue_rows.split(","), args.queue_bounds.split(","), args.rounds)
 
 
 if __name__ == "__main__":

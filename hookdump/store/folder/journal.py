@@ -21,6 +21,9 @@ from .manifest import MANIFEST, inside
 
 SCRATCH = ".hookdump-partial"
 PROGRESS = "progress.json"  # after each batch: counts, streams, recorder state
+#: The options that change no byte of what a capture writes (where it goes, how it runs): a resumed run and
+#: the shards of one run may differ in them.
+NO_BYTE_CHANGED = ("out", "workers", "max_queue_mb")
 RUN = "run.json"  # once: the options and the inputs, for --resume to compare
 CLASSES = "classes.txt"  # with --grad: each batch's classes, a line each
 JOURNAL = "commit.json"  # the final moves, decided (``commit``): what a rerun finishes
@@ -50,9 +53,8 @@ def read_progress(out: Path) -> dict[str, Any] | None:
 
 
 def check_same_run(progress: dict[str, Any], options: dict[str, Any], inputs: list[str]) -> None:
-    """``--resume`` continues the same run: same options (the output folder and the number of decoding
-    workers aside: neither changes a byte), same inputs."""
-    free = ("out", "workers")
+    """``--resume`` continues the same run: same options (``NO_BYTE_CHANGED`` aside), same inputs."""
+    free = NO_BYTE_CHANGED
     before = {k: v for k, v in progress.get("options", {}).items() if k not in free}
     now = {k: v for k, v in options.items() if k not in free}
     changed = [k for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
