@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 from .errors import UsageError
@@ -41,3 +42,18 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
+
+
+def available_memory() -> int:
+    """Bytes of memory free for this process now (MemAvailable on Linux, else the free pages)."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62

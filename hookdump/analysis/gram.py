@@ -5,7 +5,6 @@ never all in memory at once; and whether the ``N x N`` matrices fit in memory, s
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +14,7 @@ from ..errors import UsageError
 from ..store.folder.reader import Capture
 from ..store.formats import nonfinite
 from ..store.formats.npy import floats
-from ..units import human_bytes
+from ..units import available_memory, human_bytes
 
 CHUNK = 1 << 22  # values of X read at a time (32 MB in float64)
 
@@ -62,21 +61,6 @@ def refusal(what: str, found: nonfinite.Count) -> UsageError:
         f"{what or 'The tensor'} holds {found.text()}: its similarity is not defined.",
         "Leave it out with --layers (hookdump stats counts them in every tensor).",
     )
-
-
-def available_memory() -> int:
-    """Bytes of memory free for this process now (MemAvailable on Linux, else the free pages)."""
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62
 
 
 def check_fits(inputs: int, matrices: int, per_matrix: int = 2) -> None:

@@ -4,11 +4,12 @@ goes on."""
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Any
+
+from ..units import available_memory
 
 
 class Behind:
@@ -99,18 +100,3 @@ def queue_bytes(max_queue_mb: float | None) -> int:
     if max_queue_mb is not None:
         return int(max_queue_mb * 2**20)
     return available_memory() // QUEUE_SHARE
-
-
-def available_memory() -> int:
-    """What the system can give without swapping (``MemAvailable``; the free pages where there is none)."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 8 * 2**30

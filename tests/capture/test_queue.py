@@ -13,7 +13,8 @@ import pytest
 from helpers import hooked
 from slow_runs import mixed_photos
 
-from hookdump.capture.behind import QUEUE_SHARE, Behind, available_memory
+from hookdump.capture.behind import QUEUE_SHARE, Behind
+from hookdump.units import available_memory
 
 LAYERS = ["layer1", "layer2"]
 ROW_BYTES = 4 * (64 * 56 * 56 + 128 * 28 * 28)  # resnet18 at 224: layer1 (64, 56, 56), layer2 (128, 28, 28)
