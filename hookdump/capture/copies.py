@@ -11,6 +11,7 @@ import torch
 
 from ..store.folder import profile
 from ..store.folder.captured import Key
+from .landing import Landing, kept_dtype
 from .reduce import prefix_of
 from .reduce import reduce as pool
 
@@ -19,7 +20,9 @@ class Copies:
     """The tensors one ``Recorder`` keeps, by key (layer, kind, index, call); its Args name the options.
 
     ``batch``: this forward pass's copies, until drained; ``seen``: every key ever captured, in order;
-    ``other``: non-tensor leaves, as repr; ``modified``: the keys changed in place after their hook.
+    ``other``: non-tensor leaves, as repr; ``modified``: the keys changed in place after their hook;
+    ``made_as``: the dtype the model made each key in (a copy is kept as ``--save-dtype`` where that is no
+    wider: ``landing.kept_dtype``); ``landing``: where copies land on the host.
     """
 
     def __init__(
@@ -28,8 +31,13 @@ class Copies:
         reduce: str,
         channels_last: set[str] | frozenset[str],
         tokens: tuple[int, int] | None,
+        save_dtype: str = "keep",
+        landing: Landing | None = None,
     ) -> None:
         self.grad = grad
+        self.save_dtype = save_dtype
+        self.landing = landing or Landing(torch.device("cpu"))
+        self.made_as: dict[Key, torch.dtype] = {}
         self.reduce = reduce
         self.channels_last = channels_last
         self.tokens = tokens  # (patch, prefix) tokens: a mean / max leaves the prefix out
@@ -82,20 +90,28 @@ class Copies:
             self.batch[key] = pooled  # a new tensor that only this dict holds: nothing to copy
         elif compiling():
             self.batch[key] = pooled.clone()  # in the compiled graph: later in-place ops cannot reach it
-        elif on_cpu and key in self.seen and not (key in self._eager or key in self.modified) and _SHARERS:
-            self.batch[key] = pooled  # checked when the pass ends (settle), copied then if need be
-            self._deferred.append((key, pooled, pooled._version))
         else:
-            self.batch[key] = pooled.to("cpu", copy=True)
+            self.made_as[key] = pooled.dtype
+            dtype = kept_dtype(pooled.dtype, self.save_dtype)
+            if on_cpu and dtype == pooled.dtype and self._by_reference(key):
+                self.batch[key] = pooled  # checked when the pass ends (settle), copied then if need be
+                self._deferred.append((key, pooled, pooled._version))
+            else:
+                self.batch[key] = self.landing.copy(pooled, dtype)
         add("copy", start)
         if not compiling():
             self.seen[key] = None  # (after a compiled pass: ``end``)
+
+    def _by_reference(self, key: Key) -> bool:
+        """Whether a CPU tensor of ``key`` may be kept by reference until the pass ends (``settle``): an
+        earlier pass saw it, and nothing has changed it in place so far."""
+        return key in self.seen and not (key in self._eager or key in self.modified) and bool(_SHARERS)
 
     def end(self) -> None:
         """After each pass (stopped early or not): its copies on the CPU, what it found merged."""
         for key, kept in self.batch.items():  # a compiled graph's copies stay on its device
             if kept.device.type != "cpu":
-                self.batch[key] = kept.to("cpu")
+                self.batch[key] = self.landing.copy(kept, kept.dtype, owned=True)
             self.seen.setdefault(key, None)
         self.prefix_left_out |= self._prefix_now
         self.other |= self._other_now
@@ -125,6 +141,10 @@ class Copies:
         """The copies of the last forward pass (and backward), handed over and forgotten."""
         batch, self.batch = self.batch, {}
         return batch
+
+    def fence(self) -> Callable[[], None]:
+        """After a drain: what waits until the drained copies are on the host (``Landing.fence``)."""
+        return self.landing.fence()
 
 
 def compiling() -> bool:

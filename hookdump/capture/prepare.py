@@ -13,6 +13,7 @@ from ..inputs.loader import random_batch
 from ..model.device import resolve_device
 from ..store.folder import profile
 from . import shapes
+from .landing import Landing
 from .options import CaptureOptions
 from .recorder import Recorder
 from .reduce import token_layout
@@ -48,8 +49,9 @@ class RunState:
         }  # fmt: skip
 
 
-def recorder(net: torch.nn.Module, found: CapturePlan) -> Recorder:
-    """The ``Recorder`` of ``net`` as ``found`` plans it: targets, op values, calls, early stop, options."""
+def recorder(net: torch.nn.Module, found: CapturePlan, landing: Landing) -> Recorder:
+    """The ``Recorder`` of ``net`` as ``found`` plans it: targets, op values, calls, early stop, options;
+    its copies land on the host through ``landing``."""
     opts, inventory = found.options, found.tree.inventory
     modules = inventory.modules
     ops = {t.path: op for t in found.targets if (op := inventory.op(t.path)) is not None}  # PATH:OP
@@ -60,7 +62,7 @@ def recorder(net: torch.nn.Module, found: CapturePlan) -> Recorder:
     return Recorder(
         net, found.targets, opts.what, grad=opts.grad, expected_calls=calls if early else None,
         finished=finished, reduce=opts.reduce, save_as=found.save_as, channels_last=found.channels_last,
-        tokens=token_layout(net), op_values=ops,
+        tokens=token_layout(net), op_values=ops, save_dtype=opts.save_dtype, landing=landing,
     )  # fmt: skip
 
 

@@ -19,6 +19,7 @@ from ..store.folder.captured import Captured, Key, key_from_json
 from . import scores
 from .copies import Copies
 from .hooks import EarlyStop, Hooks
+from .landing import Landing
 
 
 class Recorder:
@@ -40,6 +41,8 @@ class Recorder:
         channels_last: layers whose 4-D maps are ``(N, H, W, C)``, so that ``reduce`` pools the right axes.
         tokens: the model's (patch, prefix) token counts (``reduce.token_layout``): a mean or max of a
             token map leaves the prefix tokens out, as timm's average pooling does.
+        save_dtype: ``--save-dtype``: a copy is kept in it where it is no wider (``landing.kept_dtype``).
+        landing: where the copies land on the host (``landing.Landing``; CPU buffers when not given).
         op_values: the targets that are values computed in a module's own forward (``PATH:OP``), as the
             traced pass found them (``OpInfo``: the modules their module calls, how many ops of their
             function each call ran): an ``OpWatch`` runs only while such a module's forward does, and copies
@@ -59,11 +62,13 @@ class Recorder:
         channels_last: set[str] | frozenset[str] = frozenset(),
         tokens: tuple[int, int] | None = None,
         op_values: dict[str, OpInfo] | None = None,
+        save_dtype: str = "keep",
+        landing: Landing | None = None,
     ) -> None:
         self.model = model
         self.grad = grad
         self.reduce = reduce
-        self.copies = Copies(grad, reduce, channels_last, tokens)
+        self.copies = Copies(grad, reduce, channels_last, tokens, save_dtype, landing)
         self.hooks = Hooks(
             targets, what, self.copies.keep, expected_calls if not grad else None, finished or {},
             save_as or {}, op_values or {},
@@ -104,6 +109,10 @@ class Recorder:
     def drain(self) -> dict[Key, torch.Tensor]:
         """The copies of the last forward pass (and backward), handed over and forgotten."""
         return self.copies.drain()
+
+    def fence(self) -> Callable[[], None]:
+        """After a drain: what waits until the drained copies are on the host (from CUDA: an event)."""
+        return self.copies.fence()
 
     def run(
         self,

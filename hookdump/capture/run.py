@@ -28,6 +28,7 @@ from ..store.folder.writer import Writer
 from . import header, parallel, prepare, shapes
 from .behind import Behind, queue_bytes
 from .compiled import Compiled
+from .landing import Landing
 from .recorder import Recorder
 from .reduce import token_layout
 from .results import CapturePlan, CaptureResult, from_manifest
@@ -67,7 +68,10 @@ def run(
             return from_manifest(opts.folder, data, time.perf_counter() - started)
         net, weight_notes = found.load()
         net.to(torch_device)
-        recorder = prepare.recorder(net, found)
+        if torch_device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(torch_device)
+        landing = Landing(torch_device)
+        recorder = prepare.recorder(net, found, landing)
         compiled = Compiled(net, name.requested) if opts.compile else None
         state = prepare.RunState(writer.resumed, found.skipped)
         if writer.resumed is not None:
@@ -79,13 +83,21 @@ def run(
         writer.start(run_record, None if source.random else input_list)
         finish = finisher(found.paths, source)  # the records the decoding workers made, finished
 
-        def write(item: tuple[dict[Key, torch.Tensor], dict[str, Any], list[int], int, list[Any]]) -> None:
-            tensors, progress, classes, images, records = item
+        def write(
+            item: tuple[
+                dict[Key, torch.Tensor], Callable[[], None], dict[str, Any], list[int], int, list[Any]
+            ],
+        ) -> None:
+            tensors, landed, progress, classes, images, records = item
+            start = profile.clock()
+            landed()  # from CUDA: the batch's copies are on the host
+            profile.add("landing", start)
             while tensors:  # each tensor let go of once on disk: what the writer holds shrinks as it goes
                 key = next(iter(tensors))
                 tensor = tensors.pop(key)
-                writer.tensors.append({key: tensor})
+                writer.tensors.append({key: tensor}, recorder.copies.made_as)
                 nbytes = tensor.nbytes
+                landing.pool.give(tensor)  # its buffer serves a later batch
                 del tensor
                 behind.release(nbytes)
             writer.checkpoint(progress, classes, [finish(record) for record in records])
@@ -102,7 +114,8 @@ def run(
             progress = state.progress(len(input_list), recorder)
             start = profile.clock()
             nbytes = sum(t.nbytes for t in tensors.values())
-            behind.put((tensors, progress, classes, state.images, batch.records), nbytes)
+            landed = recorder.fence()
+            behind.put((tensors, landed, progress, classes, state.images, batch.records), nbytes)
             profile.add("writer wait", start)
 
         def stopped(exc: KeyboardInterrupt) -> Interrupted:
@@ -161,7 +174,12 @@ def run(
             notes += frame_notes(records) + classfolders.note(records)
         extra = {**prepare.run_record(recorder, run, opts, state.classes), "skipped": state.skipped}
         extra["notes"] = notes
-        extra["writer_queue"] = {"max_bytes": behind.max_bytes, "peak_bytes": behind.peak}
+        extra["writer_queue"] = {
+            "max_bytes": behind.max_bytes, "peak_bytes": behind.peak,
+            "buffers_made": landing.pool.made, "buffers_reused": landing.pool.reused,
+        }  # fmt: skip
+        if torch_device.type == "cuda":
+            extra["cuda_max_memory_allocated"] = torch.cuda.max_memory_allocated(torch_device)
         extra["compile"] = compiled.record() if compiled is not None else None
         if found.shard is not None:
             extra["shard"] = found.shard

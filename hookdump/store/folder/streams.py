@@ -5,6 +5,7 @@ and a resumed run; at the end, the other formats written from them (``saved``)."
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,15 +46,19 @@ class Streams:
             self.stats[key] = Accumulator.from_state(kept) if isinstance(kept, dict) else None
         self._synced = len(self.files)
 
-    def append(self, batch: dict[Key, torch.Tensor]) -> None:
-        """Add one forward pass's tensors, each to its own stream, and to its stats (of the saved values)."""
+    def append(
+        self, batch: dict[Key, torch.Tensor], made_as: Mapping[Key, torch.dtype] | None = None
+    ) -> None:
+        """Add one forward pass's tensors, each to its own stream, and to its stats (of the saved values);
+        ``made_as``: the dtype the model made a tensor in, where its copy was converted already."""
         for key, tensor in batch.items():
             if key not in self.files:  # a stream keeps its first dtype: one check is enough
-                check_save_dtype(self.save_dtype, self.formats, {tensor.dtype})
+                made = (made_as or {}).get(key, tensor.dtype)
+                check_save_dtype(self.save_dtype, self.formats, {made})
                 self.files[key] = NpyStream(
                     self.scratch / f"stream-{len(self.files)}.npy", key[0], self.direct
                 )
-                self.source_dtypes[key] = tensor.dtype
+                self.source_dtypes[key] = made
                 self.stats[key] = Accumulator()
             start = profile.clock()
             saved = for_saving(tensor, self.save_dtype)
