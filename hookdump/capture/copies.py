@@ -93,19 +93,20 @@ class Copies:
         else:
             self.made_as[key] = pooled.dtype
             dtype = kept_dtype(pooled.dtype, self.save_dtype)
-            if on_cpu and dtype == pooled.dtype and self._by_reference(key):
+            by_reference = on_cpu and dtype == pooled.dtype and self._may_reference(key)
+            if by_reference and key in self.seen:
                 self.batch[key] = pooled  # checked when the pass ends (settle), copied then if need be
                 self._deferred.append((key, pooled, pooled._version))
-            else:
-                self.batch[key] = self.landing.copy(pooled, dtype)
+            else:  # a first sight of what later batches keep by reference: a buffer that does not come back
+                self.batch[key] = self.landing.copy(pooled, dtype, again=not by_reference)
         add("copy", start)
         if not compiling():
             self.seen[key] = None  # (after a compiled pass: ``end``)
 
-    def _by_reference(self, key: Key) -> bool:
-        """Whether a CPU tensor of ``key`` may be kept by reference until the pass ends (``settle``): an
-        earlier pass saw it, and nothing has changed it in place so far."""
-        return key in self.seen and not (key in self._eager or key in self.modified) and bool(_SHARERS)
+    def _may_reference(self, key: Key) -> bool:
+        """Whether a CPU tensor of ``key`` may be kept by reference until the pass ends (``settle``) once an
+        earlier pass saw it: nothing has changed it in place so far."""
+        return not (key in self._eager or key in self.modified) and bool(_SHARERS)
 
     def end(self) -> None:
         """After each pass (stopped early or not): its copies on the CPU, what it found merged."""

@@ -38,9 +38,15 @@ class Pool:
         self._asked: set[Shape] = set()  # the shapes taken since the last ``trim``
         self._lock = threading.Lock()  # the writer gives from its thread, the hooks take from theirs
 
-    def take(self, shape: torch.Size | tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        """A contiguous buffer of ``shape`` and ``dtype``; its values are whatever it held."""
+    def take(
+        self, shape: torch.Size | tuple[int, ...], dtype: torch.dtype, lend: bool = True
+    ) -> torch.Tensor:
+        """A contiguous buffer of ``shape`` and ``dtype``; its values are whatever it held. ``lend=False``: a
+        new one that does not come back (a copy the next batches will not make: kept by reference then)."""
         key = (tuple(shape), dtype)
+        if not lend:
+            self.made += 1
+            return torch.empty(key[0], dtype=dtype, pin_memory=self.pinned)
         with self._lock:
             self._asked.add(key)
             free = self._free.get(key)
@@ -86,13 +92,17 @@ class Landing:
         self.pool = Pool(pinned=self.cuda)
         self._stream = torch.cuda.Stream(device) if self.cuda else None  # type: ignore[no-untyped-call]
 
-    def copy(self, tensor: torch.Tensor, dtype: torch.dtype, owned: bool = False) -> torch.Tensor:
-        """``tensor`` as ``dtype`` in a host buffer. From the CPU the copy is done when this returns. From
-        CUDA it is first copied on the device in the model's stream (``owned``: a copy already, and as
-        ``dtype``), so that an in-place op later in the forward pass cannot reach it, then to the host on
-        the side stream: the buffer may be read once the event ``fence`` returns has passed."""
+    def copy(
+        self, tensor: torch.Tensor, dtype: torch.dtype, owned: bool = False, again: bool = True
+    ) -> torch.Tensor:
+        """``tensor`` as ``dtype`` in a host buffer (from the pool where the copy will be made ``again`` in
+        later batches; a free buffer held until then would be memory the run does not need). From the CPU
+        the copy is done when this returns. From CUDA it is first copied on the device in the model's stream
+        (``owned``: a copy already, and as ``dtype``), so that an in-place op later in the forward pass
+        cannot reach it, then to the host on the side stream: the buffer may be read once the event
+        ``fence`` returns has passed."""
         if self._stream is None or tensor.device.type == "cpu":
-            buffer = self.pool.take(tensor.shape, dtype)
+            buffer = self.pool.take(tensor.shape, dtype, again)
             buffer.copy_(tensor)
             return buffer
         if owned and tensor.dtype == dtype and tensor.is_contiguous():

@@ -8,7 +8,8 @@ inputs already captured hashed again), ``decode`` (waiting for the next batch fr
 ``copy`` and ``reduce``), ``writer wait`` (waiting for the writer thread to take a batch), ``between
 batches`` (the rest of the loop: Python between the batches), ``writer drain`` (after the last batch, until
 the writer is done) and ``commit`` (the files moved, the manifest). On the writer thread, overlapping the
-forward: ``landing`` (waiting for a batch's copies from CUDA to reach the host), ``stats``, ``write`` (the streams' appends), ``checkpoint`` (fsyncs, progress.json) and
+forward: ``landing`` (waiting for a batch's copies from CUDA to reach the host), ``stats``, ``write``
+(the streams' appends), ``checkpoint`` (fsyncs, progress.json) and
 ``on_batch`` (the caller's: the progress line, and the console script's ``malloc_trim``). ``records`` is
 the inputs' records' own cost, wherever it falls: journaled and added to ``inputs.parquet`` at each
 checkpoint (part of ``checkpoint``), gathered after the last batch, the table finished (part of
