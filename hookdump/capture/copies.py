@@ -38,6 +38,10 @@ class Copies:
         self.save_dtype = save_dtype
         self.landing = landing or Landing(torch.device("cpu"))
         self.made_as: dict[Key, torch.dtype] = {}
+        # Set (``run.py``, on the CPU, without grad or compile, once a batch's copies outweigh the writer's
+        # queue): each copy handed to the writer at hook time, so the writer frees it while the pass goes
+        # on, and nothing is kept by reference (``settle`` then never runs a batch again).
+        self.hand: Callable[[Key, torch.Tensor], None] | None = None
         self.reduce = reduce
         self.channels_last = channels_last
         self.tokens = tokens  # (patch, prefix) tokens: a mean / max leaves the prefix out
@@ -93,6 +97,12 @@ class Copies:
         else:
             self.made_as[key] = pooled.dtype
             dtype = kept_dtype(pooled.dtype, self.save_dtype)
+            if self.hand is not None:  # final at hook time: to the writer now, not when the pass ends
+                copy = self.landing.copy(pooled, dtype, again=False)
+                add("copy", start)
+                self.seen[key] = None
+                self.hand(key, copy)
+                return
             by_reference = on_cpu and dtype == pooled.dtype and self._may_reference(key)
             if by_reference and key in self.seen:
                 self.batch[key] = pooled  # checked when the pass ends (settle), copied then if need be

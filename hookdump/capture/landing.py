@@ -120,11 +120,11 @@ class Landing:
         """After a batch: what waits until its copies are on the host (nothing to wait for from the CPU)."""
         self.pool.trim()
         if self._stream is None:
-            return _landed
+            return landed
         event = torch.cuda.Event()  # type: ignore[no-untyped-call]
         event.record(self._stream)
         return event.synchronize
 
 
-def _landed() -> None:
-    """The copies from the CPU are on the host already."""
+def landed() -> None:
+    """What waits for copies from the CPU: they are on the host already."""

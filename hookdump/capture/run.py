@@ -28,7 +28,7 @@ from ..store.folder.writer import Writer
 from . import header, parallel, prepare, shapes
 from .behind import Behind, queue_bytes
 from .compiled import Compiled
-from .landing import Landing
+from .landing import Landing, landed
 from .recorder import Recorder
 from .reduce import token_layout
 from .results import CapturePlan, CaptureResult, from_manifest
@@ -83,12 +83,8 @@ def run(
         writer.start(run_record, None if source.random else input_list)
         finish = finisher(found.paths, source)  # the records the decoding workers made, finished
 
-        def write(
-            item: tuple[
-                dict[Key, torch.Tensor], Callable[[], None], dict[str, Any], list[int], int, list[Any]
-            ],
-        ) -> None:
-            tensors, landed, progress, classes, images, records = item
+        def write(item: tuple[dict[Key, torch.Tensor], Callable[[], None], tuple[Any, ...] | None]) -> None:
+            tensors, landed, batch_end = item
             start = profile.clock()
             landed()  # from CUDA: the batch's copies are on the host
             profile.add("landing", start)
@@ -100,6 +96,9 @@ def run(
                 landing.pool.give(tensor)  # its buffer serves a later batch
                 del tensor
                 behind.release(nbytes)
+            if batch_end is None:  # one tensor handed over at hook time (``hand``)
+                return
+            progress, classes, images, records = batch_end
             writer.checkpoint(progress, classes, [finish(record) for record in records])
             if on_batch is not None:
                 start = profile.clock()
@@ -108,6 +107,18 @@ def run(
 
         behind = Behind(write, queue_bytes(opts.max_queue_mb))
 
+        def hand(key: Key, tensor: torch.Tensor) -> None:
+            """A copy final at hook time, to the writer now (``Copies.hand``)."""
+            watch.check({key: tensor})
+            start = profile.clock()
+            behind.put(({key: tensor}, landed, None), tensor.nbytes)
+            profile.add("writer wait", start)
+
+        # Each copy to the writer at hook time once a batch's outweigh the queue (0: batches written whole)
+        may_hand = (
+            torch_device.type == "cpu" and not opts.grad and compiled is None and bool(behind.max_bytes)
+        )
+
         def sink(tensors: dict[Key, torch.Tensor], batch: loader.Batch, classes: list[int]) -> None:
             watch.check(tensors)
             state.advance(batch, classes)
@@ -115,8 +126,11 @@ def run(
             start = profile.clock()
             nbytes = sum(t.nbytes for t in tensors.values())
             landed = recorder.fence()
-            behind.put((tensors, landed, progress, classes, state.images, batch.records), nbytes)
+            batch_end = (progress, classes, state.images, batch.records)
+            behind.put((tensors, landed, batch_end), nbytes)
             profile.add("writer wait", start)
+            if may_hand and behind.max_bytes is not None and nbytes > behind.max_bytes:
+                recorder.copies.hand = hand
 
         def stopped(exc: KeyboardInterrupt) -> Interrupted:
             """Keep what reached the disk (its last checkpoint), say so in the folder and to the user."""
@@ -177,6 +191,7 @@ def run(
         extra["writer_queue"] = {
             "max_bytes": behind.max_bytes, "peak_bytes": behind.peak,
             "buffers_made": landing.pool.made, "buffers_reused": landing.pool.reused,
+            "handed_at_hook": recorder.copies.hand is not None,
         }  # fmt: skip
         if torch_device.type == "cuda":
             extra["cuda_max_memory_allocated"] = torch.cuda.max_memory_allocated(torch_device)

@@ -6,6 +6,7 @@ skip without a GPU). Values are checked against hand-written hooks."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 import timm
 import torch
 from helpers import hooked, photo_batch
-from slow_runs import mixed_photos
+from slow_runs import kill_when, mixed_photos, start_run
 
 from hookdump.capture.landing import Landing, Pool, kept_dtype
 
@@ -133,6 +134,42 @@ def test_bf16_waits_in_the_queue_as_bf16_and_is_widened_by_the_writer(cli, tmp_p
         handle.remove()
     assert seen[0].dtype == torch.bfloat16
     np.testing.assert_array_equal(np.load(out / "layer1.npy"), seen[0].float().numpy())
+
+
+def test_copies_handed_to_the_writer_at_hook_time_are_what_the_hook_saw(cli, tmp_path: Path) -> None:
+    """A batch of copies (3.2 MB of bn1 and 0.8 MB of layer1 an image) outweighs --max-queue-mb 0.5: after
+    the first batch each copy goes to the writer from its hook. bn1 is changed in place by act1 after it."""
+    photos = mixed_photos(tmp_path / "photos", 4)
+    out = tmp_path / "out"
+    args = ["capture", photos, "-m", "resnet18", "-l", "bn1", "-l", "layer1", "--batch-size", "1"]
+    result = cli(*args, "-o", out, "-q", "--max-queue-mb", "0.5")
+    assert result.exit_code == 0, result.stderr
+    queue = json.loads((out / "manifest.json").read_text())["writer_queue"]
+    assert queue["handed_at_hook"] is True
+    assert queue["peak_bytes"] == 4 * (64 * 112 * 112 + 64 * 56 * 56)  # the first batch, put whole
+    for row, photo in enumerate(sorted(photos.iterdir())):
+        for layer, expected in hooked("resnet18", ["bn1", "layer1"], photo).items():
+            np.testing.assert_allclose(np.load(out / f"{layer}.npy")[row], expected[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_run_killed_while_handing_copies_at_hook_time_resumes_to_the_same_bytes(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOOKDUMP_TEST_SLEEP", "0")  # in this process nothing is stopped; start_run's sleep
+    photos = mixed_photos(tmp_path / "photos", 12)
+    args = [str(photos), "-m", "resnet18", "-l", "bn1", "-l", "layer1", "--batch-size", "3"]
+    whole, out = tmp_path / "whole", tmp_path / "out"
+    assert cli("capture", *args, "-o", whole, "-q").exit_code == 0  # the default bound: whole batches
+    bounded = [*args, "--max-queue-mb", "0.5"]
+    run = start_run(["capture", *bounded, "-o", str(out)])
+    kill_when(run, out, 6)
+    assert run.returncode == -signal.SIGKILL
+    done = cli("capture", *bounded, "-o", out, "--resume")
+    assert done.exit_code == 0, done.stderr
+    assert json.loads((out / "manifest.json").read_text())["writer_queue"]["handed_at_hook"] is True
+    assert json.loads((whole / "manifest.json").read_text())["writer_queue"]["handed_at_hook"] is False
+    for name in ("bn1.npy", "layer1.npy"):
+        assert (whole / name).read_bytes() == (out / name).read_bytes(), name
 
 
 @CUDA

@@ -99,7 +99,9 @@ def test_a_capture_under_any_bound_saves_what_a_hand_written_hook_sees(
         assert batch <= queue["peak_bytes"] <= 2 * batch  # a batch in work and one waiting, at most
     else:
         assert queue["max_bytes"] == int(float(bound) * 2**20)
-        assert queue["peak_bytes"] == batch  # each batch on disk before the next one is put
+        assert queue["peak_bytes"] == batch  # the first batch, on disk before the next one is put
+    # a batch of copies outweighs a bound of a tenth of a MB: after the first, each goes at hook time
+    assert queue["handed_at_hook"] == (bound == "0.1")
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "lots"])
