@@ -18,18 +18,16 @@ from ..inputs.fetch import shown
 from ..inputs.files import skipped_note
 from ..inputs.records import finisher, frame_notes
 from ..inputs.records import records as input_records
-from ..model import layouts
 from ..model.device import resolve_device
 from ..model.spec import ResolvedName
 from ..store.folder import manifest, profile
-from ..store.folder.captured import Captured, Key
+from ..store.folder.captured import Key
 from ..store.folder.reader import finished_manifest
 from ..store.folder.writer import Writer
-from . import header, parallel, prepare, shapes
+from . import entries, header, parallel, prepare, shapes
 from .behind import Behind, queue_bytes
 from .compiled import Compiled
 from .landing import Landing, landed
-from .recorder import Recorder
 from .reduce import token_layout
 from .results import CapturePlan, CaptureResult, from_manifest
 from .runner import Run, forward_all
@@ -159,20 +157,9 @@ def run(
         if found.paths and state.skipped and {shown(p) for p in found.paths} <= state.skipped_paths:
             raise files.none_readable(state.skipped)  # every image failed to decode (--skip-bad)
         results = recorder.entries()
-        modules = dict(net.named_modules())
-        for item in results:
-            shape = writer.tensors.files[item.key].shape
-            item.layout, item.windows = layouts.saved(
-                item.layer,
-                item.kind,
-                shape,
-                item.layer in found.channels_last,
-                _traced_rows(item, found),
-                modules,
-            )
-        notes = (
-            found.tree.notes + weight_notes + found.notes + writer.notes + _capture_notes(recorder, results)
-        )
+        entries.set_layouts(results, writer.tensors.files, found, net)
+        notes = found.tree.notes + weight_notes + found.notes + writer.notes
+        notes += entries.capture_notes(recorder, results)
         if compiled is not None:
             notes += compiled.notes()
         if writer.resumed is not None:
@@ -233,50 +220,3 @@ def _interrupted_text(out: Path, done: int, total: int, writer: Writer, advice: 
     if not writer.kept:
         return "nothing of this run was kept."
     return f"{done} of {total} images reached `{out}`. {advice[0].upper()}{advice[1:]}."
-
-
-def _capture_notes(recorder: Recorder, results: list[Captured]) -> list[str]:
-    notes = [
-        f"{path} runs {n} times per forward: one file per call ({path}@0 ... {path}@{n - 1});"
-        f" --layer {path}@1 picks one"
-        for path, n in recorder.calls_per_forward.items()
-        if n > 1 and recorder.selected[path] is None
-    ]
-    notes += [
-        f"{c.stem} ({c.kind}) was changed in place later in the forward pass; hookdump saved it as it was"
-        " at hook time (a hook that keeps a reference would have saved the changed values)"
-        for c in results
-        if c.modified_in_place
-    ]
-    if recorder.grad:
-        with_grad = {(c.layer, c.index, c.call) for c in results if c.kind == "grad"}
-        notes += [
-            f"no gradient reached {c.stem}: it does not affect the target score"
-            for c in results
-            if c.kind == "output" and (c.layer, c.index, c.call) not in with_grad
-        ]
-    if recorder.prefix_left_out:
-        names = units.first_few(list(recorder.prefix_left_out))
-        notes.append(
-            f"--reduce {recorder.reduce} left out the first {max(recorder.prefix_left_out.values())} token(s)"
-            f" (class / register tokens) of the token maps of {names}, as timm's global_pool='avg' does;"
-            " --reduce cls takes the class token"
-        )
-    if recorder.stopped_early:
-        notes.append("stopped the forward pass once every wanted layer had run (--no-early-stop runs it all)")
-    return notes
-
-
-def _traced_rows(item: Captured, found: CapturePlan) -> int:
-    """The first axis of this tensor in the batch-of-one trace: 1 for a tensor of images, the windows per
-    image for a windowed one (1 when the trace does not tell)."""
-    inventory = found.tree.inventory
-    path = item.layer
-    if item.kind == "attn":
-        path = next((child for child, (owner, _) in found.save_as.items() if owner == item.layer), path)
-    info = inventory.get(path)
-    if info is None:
-        return 1
-    shapes = info.input_shapes if item.kind == "input" else info.output_shapes
-    firsts = {s[0] for s in shapes if s}
-    return firsts.pop() if len(firsts) == 1 else 1
