@@ -26,11 +26,13 @@ def kept_dtype(made: torch.dtype, save_dtype: str) -> torch.dtype:
 
 class Pool:
     """Host buffers by shape and dtype (pinned for CUDA copies): ``take`` one, ``give`` it back once nothing
-    reads it; at most ``keep`` free ones per shape, and those of a shape no pass asked for are let go."""
+    reads it; at most ``keep`` free ones per shape, at most ``max_free`` bytes of them (None: no limit), and
+    those of a shape no pass asked for are let go."""
 
     def __init__(self, pinned: bool, keep: int = 2) -> None:
         self.pinned = pinned
         self.keep = keep
+        self.max_free: int | None = None  # free buffers are held through the next forward: memory it lacks
         self.made = 0  # buffers allocated
         self.reused = 0  # buffers handed out again
         self._free: dict[Shape, list[torch.Tensor]] = {}
@@ -66,7 +68,8 @@ class Pool:
             if lent is None or lent() is not tensor:
                 return
             free = self._free.setdefault((tuple(tensor.shape), tensor.dtype), [])
-            if len(free) < self.keep:
+            held = sum(t.nbytes for kept in self._free.values() for t in kept)
+            if len(free) < self.keep and (self.max_free is None or held + tensor.nbytes <= self.max_free):
                 free.append(tensor)
 
     def trim(self) -> None:

@@ -67,6 +67,19 @@ def test_the_pool_keeps_few_free_buffers_and_only_of_shapes_still_asked_for() ->
     assert pool.free_bytes == 16
 
 
+def test_the_pool_holds_no_more_free_bytes_than_its_bound() -> None:
+    pool = Pool(pinned=False, keep=2)
+    pool.max_free = 40  # the writer's queue bound, on the CPU
+    lent = [pool.take((4,), torch.float32), pool.take((5,), torch.float32), pool.take((4,), torch.float32)]
+    for buffer in lent:
+        pool.give(buffer)
+    assert pool.free_bytes == 16 + 20  # the second (4,) buffer would make 52 bytes: let go
+    pool.max_free = 0  # --max-queue-mb 0: nothing free is held through the next forward
+    pool.take((4,), torch.float32)
+    pool.give(pool.take((6,), torch.float32))
+    assert pool.free_bytes == 20
+
+
 def test_a_cpu_landing_copies_now_into_a_contiguous_buffer_of_the_dtype() -> None:
     landing = Landing(torch.device("cpu"))
     source = torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)
