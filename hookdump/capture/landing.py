@@ -32,10 +32,11 @@ class Pool:
     def __init__(self, pinned: bool, keep: int = 2) -> None:
         self.pinned = pinned
         self.keep = keep
-        self.max_free: int | None = None  # free buffers are held through the next forward: memory it lacks
+        self.max_free: int | None = None  # set by ``Landing.bound``
         self.made = 0  # buffers allocated
         self.reused = 0  # buffers handed out again
         self._free: dict[Shape, list[torch.Tensor]] = {}
+        self._free_bytes = 0  # what ``_free`` holds
         self._lent: dict[int, weakref.ref[torch.Tensor]] = {}  # id -> the buffer: only those come back
         self._asked: set[Shape] = set()  # the shapes taken since the last ``trim``
         self._lock = threading.Lock()  # the writer gives from its thread, the hooks take from theirs
@@ -53,7 +54,9 @@ class Pool:
             self._asked.add(key)
             free = self._free.get(key)
             buffer = free.pop() if free else None
-            self.reused += buffer is not None
+            if buffer is not None:
+                self.reused += 1
+                self._free_bytes -= buffer.nbytes
         if buffer is None:
             buffer = torch.empty(key[0], dtype=dtype, pin_memory=self.pinned)
             self.made += 1
@@ -68,23 +71,24 @@ class Pool:
             if lent is None or lent() is not tensor:
                 return
             free = self._free.setdefault((tuple(tensor.shape), tensor.dtype), [])
-            held = sum(t.nbytes for kept in self._free.values() for t in kept)
-            if len(free) < self.keep and (self.max_free is None or held + tensor.nbytes <= self.max_free):
+            within = self.max_free is None or self._free_bytes + tensor.nbytes <= self.max_free
+            if len(free) < self.keep and within:
                 free.append(tensor)
+                self._free_bytes += tensor.nbytes
 
     def trim(self) -> None:
         """After a pass: the free buffers of shapes it did not take go (a shape kept by reference after the
         first batch, the smaller last batch), and the record of buffers that died."""
         with self._lock:
             self._free = {key: free for key, free in self._free.items() if key in self._asked}
+            self._free_bytes = sum(t.nbytes for free in self._free.values() for t in free)
             self._asked = set()
             self._lent = {i: ref for i, ref in self._lent.items() if ref() is not None}
 
     @property
     def free_bytes(self) -> int:
         """What the free buffers hold."""
-        with self._lock:
-            return sum(t.nbytes for free in self._free.values() for t in free)
+        return self._free_bytes
 
 
 class Landing:
@@ -94,6 +98,13 @@ class Landing:
         self.cuda = device.type == "cuda"
         self.pool = Pool(pinned=self.cuda)
         self._stream = torch.cuda.Stream(device) if self.cuda else None  # type: ignore[no-untyped-call]
+
+    def bound(self, max_bytes: int | None) -> None:
+        """Free host buffers are held through the next forward: on the CPU at most ``max_bytes`` of them (the
+        writer's queue bound; 0 or None: no limit, a whole batch is written before the next one runs).
+        Pinned buffers (CUDA) are all kept: pinning costs more than the memory."""
+        if not self.cuda and max_bytes:
+            self.pool.max_free = max_bytes
 
     def copy(
         self, tensor: torch.Tensor, dtype: torch.dtype, owned: bool = False, again: bool = True

@@ -104,8 +104,7 @@ def run(
                 profile.add("on_batch", start)  # the progress line, and malloc_trim in the console script
 
         behind = Behind(write, queue_bytes(opts.max_queue_mb))
-        if not landing.cuda and behind.max_bytes:  # free buffers are held through the next forward; pinned
-            landing.pool.max_free = behind.max_bytes  # ones cost more to make than to keep; 0 keeps a batch
+        landing.bound(behind.max_bytes)
 
         def hand(key: Key, tensor: torch.Tensor) -> None:
             """A copy final at hook time, to the writer now (``Copies.hand``)."""

@@ -74,10 +74,18 @@ def test_the_pool_holds_no_more_free_bytes_than_its_bound() -> None:
     for buffer in lent:
         pool.give(buffer)
     assert pool.free_bytes == 16 + 20  # the second (4,) buffer would make 52 bytes: let go
-    pool.max_free = 0  # --max-queue-mb 0: nothing free is held through the next forward
+    pool.max_free = 0  # a bound of no bytes: nothing free is kept
     pool.take((4,), torch.float32)
     pool.give(pool.take((6,), torch.float32))
     assert pool.free_bytes == 20
+
+
+def test_a_cpu_landing_bounds_its_free_buffers_by_the_queue_bound_unless_it_is_zero() -> None:
+    landing = Landing(torch.device("cpu"))
+    landing.bound(0)  # --max-queue-mb 0: a whole batch is on disk before the next runs, its buffers kept
+    assert landing.pool.max_free is None
+    landing.bound(90 << 20)
+    assert landing.pool.max_free == 90 << 20
 
 
 def test_a_cpu_landing_copies_now_into_a_contiguous_buffer_of_the_dtype() -> None:
