@@ -1,9 +1,9 @@
 """A place a URL names (``s3://bucket/key``, ``gs://``, ``hf://``, ``file://``, ``memory://``): its file
 system through fsspec, with the storage options in force (``--storage-option KEY=VALUE``, a ``[storage]``
 table in ``--config``, the API's ``storage_options=``; credentials from the usual places: the environment,
-``~/.aws``), every call to it retried a bounded number of times when the network fails, and every way of
-not reaching it one paragraph naming the URL (never an option's value: they may be credentials). A local
-path never comes here: it keeps the local code path and its speed."""
+``~/.aws``), every call to it retried a bounded number of times when the network fails, each try one request,
+and every way of not reaching it one paragraph naming the URL (``urlfailures.py``). A local path never comes
+here: it keeps the local code path and its speed."""
 
 from __future__ import annotations
 
@@ -16,39 +16,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import HookdumpError, InputError, StorageError, UsageError
+from .errors import HookdumpError, UsageError
+from .urlfailures import error_for, refusal, transient
 
 T = TypeVar("T")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
 #: The package behind each scheme that fsspec does not carry itself, all in hookdump's ``cloud`` extra.
 PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "hf": "huggingface_hub"}
 EXTRA = "cloud"
-ATTEMPTS = int(os.environ.get("HOOKDUMP_STORAGE_ATTEMPTS") or 5)  # tries of a call: then the network is down
-#: Failures of the network (the server down or slow, a dropped connection) by exception name, and by the
-#: error code a storage service answers (throttling, its own trouble): worth trying again.
-NETWORK = frozenset(
-    [
-        "EndpointConnectionError",
-        "ConnectTimeoutError",
-        "ReadTimeoutError",
-        "ConnectionClosedError",
-        "ClientConnectorError",
-        "ServerDisconnectedError",
-        "ClientOSError",
-        "TimeoutError",
-        "ConnectionError",
-        "ConnectionRefusedError",
-        "ConnectionResetError",
-        "ResponseStreamingError",
-    ]
-)
-BUSY = frozenset(
-    ["SlowDown", "Throttling", "RequestTimeout", "InternalError", "ServiceUnavailable", "500", "503"]
-)
-NO_CREDENTIALS = frozenset(["NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"])
-REFUSED = frozenset(
-    ["InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403", "InvalidToken", "ExpiredToken"]
-)
+ATTEMPTS = "HOOKDUMP_STORAGE_ATTEMPTS"  # tries of a call (default 5): then the network is down
+#: On S3 each of hookdump's tries is one request: botocore's own retries (5 a call) and s3fs's (5 around
+#: them, for timeouts) would sit under them, 25 requests and a minute for "5 tries" when a server is
+#: down. A retry setting of the user's for botocore is kept.
+SINGLE = {"retries": {"total_max_attempts": 1}}
 _options: dict[str, Any] = {}  # the storage options in force (``given``)
 _systems: dict[tuple[str, str, tuple[tuple[str, str], ...]], Any] = {}
 _CREDENTIAL_ENV = ("AWS_", "GOOGLE_", "GCS", "HF_", "FSSPEC_")
@@ -119,7 +99,7 @@ def filesystem(url: str, role: str = "input") -> tuple[Any, str]:
 
     name = scheme(url)
     if name not in fsspec.available_protocols():
-        raise _refusal(role)(
+        raise error_for(role)(
             f"`{url}`: hookdump reads and writes local paths and the URLs fsspec knows; `{name}://` is none"
             " of them.",
             "Use s3://, gs://, hf://, file:// (or a local path), or install the fsspec package for that"
@@ -130,7 +110,7 @@ def filesystem(url: str, role: str = "input") -> tuple[Any, str]:
         try:
             __import__(package)
         except ImportError as exc:
-            raise _refusal(role)(
+            raise error_for(role)(
                 f"`{url}` needs the `{package}` package, which is not installed ({exc}).",
                 f"Install hookdump's {EXTRA} extra: pip install 'hookdump[{EXTRA}]'"
                 f" (or pip install {package}).",
@@ -155,77 +135,58 @@ def _system(name: str) -> Any:
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_CREDENTIAL_ENV)))
     key = (name, repr(sorted(_options.items())), env)
     if key not in _systems:
-        _systems[key] = fsspec.filesystem(name, skip_instance_cache=True, **_options)
+        single = name in ("s3", "s3a") and not _user_retries(_options)
+        options = (
+            {**_options, "config_kwargs": {**_options.get("config_kwargs", {}), **SINGLE}}
+            if single
+            else _options
+        )
+        _systems[key] = fsspec.filesystem(name, skip_instance_cache=True, **options)
+        if single:
+            _systems[key].retries = 1  # s3fs's own loop, around botocore's
     return _systems[key]
 
 
+def _user_retries(options: dict[str, Any]) -> bool:
+    """Whether the user set botocore's retries (``config_kwargs={"retries": ...}``, ``AWS_MAX_ATTEMPTS``,
+    ``AWS_RETRY_MODE``, ``max_attempts`` or ``retry_mode`` in the profile's ``~/.aws/config``): then they are
+    kept, under each of hookdump's tries."""
+    if "retries" in (options.get("config_kwargs") or {}):
+        return True
+    if os.environ.get("AWS_MAX_ATTEMPTS") or os.environ.get("AWS_RETRY_MODE"):
+        return True
+    import botocore.exceptions  # for speed: only an s3:// URL needs it (s3fs imports it anyway)
+    import botocore.session
+
+    try:
+        scoped = botocore.session.Session(profile=options.get("profile")).get_scoped_config()
+    except botocore.exceptions.BotoCoreError:
+        return False  # a profile that is not there: botocore says so, in the paragraph of the first call
+    return "max_attempts" in scoped or "retry_mode" in scoped
+
+
 def call(url: str, work: Callable[[], T], role: str = "input", what: str = "reach") -> T:
-    """``work()`` on ``url``, tried again with a growing pause (0.5 s, 1, 2, 4) when the network fails, at
-    most ``ATTEMPTS`` times; then, or at once for any other failure, the error paragraph naming the URL."""
-    for attempt in range(ATTEMPTS):
+    """``work()`` on ``url``, tried again with a growing pause (0.5 s, 1, 2, 4) when the network fails,
+    at most ``$HOOKDUMP_STORAGE_ATTEMPTS`` times (5); then, or at once for any other failure, the error
+    paragraph naming the URL."""
+    attempts = _attempts()
+    for attempt in range(attempts):
         try:
             return work()
         except HookdumpError:
             raise
         except Exception as exc:  # the libraries behind fsspec raise many kinds
-            if not transient(exc) or attempt == ATTEMPTS - 1:
-                raise refusal(url, exc, role, what, attempt + 1) from exc
+            if not transient(exc) or attempt == attempts - 1:
+                raise refusal(url, exc, role, what, attempt + 1, sorted(_options)) from exc
             time.sleep(0.5 * 2**attempt * (0.75 + random.random() / 2))
     raise AssertionError("unreachable")
 
 
-def transient(exc: BaseException) -> bool:
-    """Whether a failure is the network's (the server down or slow, a dropped connection, throttling):
-    worth trying again, and the run resumable once it is back."""
-    return type(exc).__name__ in NETWORK or _code(exc) in BUSY
-
-
-def refusal(url: str, exc: BaseException, role: str, what: str, attempts: int = 1) -> HookdumpError:
-    """One paragraph for a failure to ``what`` (reach, read, write, list) ``url``: the network down (exit 5,
-    resumable), no credentials, credentials refused, a bucket or object that is not there."""
-    if transient(exc):
-        return StorageError(
-            f"Could not {what} `{url}`: the storage did not answer after {attempts} tries"
-            f" ({type(exc).__name__}).",
-            "Check the network and the endpoint (AWS_ENDPOINT_URL, --storage-option endpoint_url=...), then"
-            " rerun the same command (a capture: with --resume; what was committed is kept).",
+def _attempts() -> int:
+    """``$HOOKDUMP_STORAGE_ATTEMPTS`` (5 when unset), read at each call; not a whole number >= 1: exit 2."""
+    text = os.environ.get(ATTEMPTS) or "5"
+    if not text.strip().isdigit() or int(text) < 1:
+        raise UsageError(
+            f"{ATTEMPTS}={text} is not a number of tries.", "Set it to a whole number >= 1, or unset it (5)."
         )
-    name, code = type(exc).__name__, _code(exc)
-    error = _refusal(role)
-    if name in NO_CREDENTIALS:
-        return error(
-            f"No credentials to {what} `{url}` ({name}).",
-            "Set them the usual way (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws), or,"
-            " for a public bucket, pass --storage-option anon=true.",
-        )
-    if code in REFUSED or isinstance(exc, PermissionError):
-        return error(
-            f"The storage refused to let hookdump {what} `{url}` ({code or name}): the credentials are wrong"
-            " or lack the permission.",
-            "Check the credentials (AWS_PROFILE, ~/.aws, the environment) and the bucket's policy.",
-        )
-    if code in {"NoSuchBucket"} or "bucket does not exist" in str(exc).lower():
-        return error(
-            f"`{url}`: its bucket does not exist.", "Check the bucket's name, or create the bucket first."
-        )
-    if isinstance(exc, TypeError) and "keyword argument" in str(exc):
-        return UsageError(
-            f"The storage options given for `{url}` ({', '.join(sorted(_options)) or 'none'}) are not all"
-            f" ones `{scheme(url)}://` takes: {exc}",
-            "Check the --storage-option keys (the file system's own: anon, endpoint_url, profile, ...).",
-        )
-    if isinstance(exc, FileNotFoundError) or code in {"NoSuchKey", "404"}:
-        return error(f"`{url}` does not exist.", "Check the URL (and the storage options' endpoint).")
-    return error(f"Could not {what} `{url}`: {name}: {exc}", "Check the URL and the storage options.")
-
-
-def _refusal(role: str) -> type[HookdumpError]:
-    return UsageError if role == "out" else InputError
-
-
-def _code(exc: BaseException) -> str:
-    """The error code a storage service gave (botocore's ``response["Error"]["Code"]``), or ""."""
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        return str(response.get("Error", {}).get("Code", ""))
-    return ""
+    return int(text)

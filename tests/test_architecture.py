@@ -3,9 +3,9 @@ cycle, and an import inside a function is there for speed and says so. Read from
 ``ast`` (every import counts: at module level, inside functions, under ``TYPE_CHECKING``).
 
 The wings, bottom to top (docs/architecture.md): the ground (``errors``, ``units``, ``patterns``,
-``failures``, ``digest``, ``version``), then ``model``, ``inputs``, ``store``, ``capture``; ``pictures``,
-``analysis`` and ``report`` read the store (the report also draws ``analysis``' sections); ``api`` (with the
-package's ``__init__``) over them all, ``cli`` at the top.
+``failures``, ``digest``, ``version``, ``urls``, ``urlfailures``), then ``model``, ``inputs``, ``store``,
+``capture``; ``pictures``, ``analysis`` and ``report`` read the store (the report also draws ``analysis``'
+sections); ``api`` (with the package's ``__init__``) over them all, ``cli`` at the top.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "hookdump"
-GROUND = {"errors", "units", "failures", "digest", "version", "patterns", "urls"}
+GROUND = {"errors", "units", "failures", "digest", "version", "patterns", "urls", "urlfailures"}
 MAY_IMPORT: dict[str, set[str]] = {
     "ground": set(),
     "model": {"ground"},
