@@ -57,9 +57,7 @@ def transient(exc: BaseException) -> bool:
     return type(exc).__name__ in NETWORK or _code(exc) in BUSY
 
 
-def refusal(
-    url: str, exc: BaseException, role: str, what: str, attempts: int = 1, options: list[str] | None = None
-) -> HookdumpError:
+def refusal(url: str, exc: BaseException, role: str, what: str, attempts: int = 1) -> HookdumpError:
     """One paragraph for a failure to ``what`` (reach, read, write, list) ``url``: the network down (exit 5,
     resumable), no credentials, credentials refused, a bucket or object that is not there."""
     if transient(exc):
@@ -87,12 +85,6 @@ def refusal(
         return error(
             f"`{url}`: its bucket does not exist.", "Check the bucket's name, or create the bucket first."
         )
-    if isinstance(exc, TypeError) and "keyword argument" in str(exc):
-        return UsageError(
-            f"The storage options given for `{url}` ({', '.join(options or []) or 'none'}) are not all"
-            f" ones `{url.partition(':')[0]}://` takes: {exc}",
-            "Check the --storage-option keys (the file system's own: anon, endpoint_url, profile, ...).",
-        )
     if isinstance(exc, FileNotFoundError) or code in {"NoSuchKey", "404"}:
         return error(f"`{url}` does not exist.", "Check the URL (and the storage options' endpoint).")
     return error(f"Could not {what} `{url}`: {name}: {exc}", "Check the URL and the storage options.")
@@ -102,14 +94,11 @@ def error_for(role: str) -> type[HookdumpError]:
     return UsageError if role == "out" else InputError
 
 
-def _code(exc: BaseException | None) -> str:
+def _code(exc: BaseException) -> str:
     """The error code a storage service gave (botocore's ``response["Error"]["Code"]``, also under the
     ``OSError`` s3fs turns it into: its cause), or ""."""
-    for _ in range(3):
-        if exc is None:
-            break
-        response = getattr(exc, "response", None)
+    for each in (exc, exc.__cause__):
+        response = getattr(each, "response", None)
         if isinstance(response, dict):
             return str(response.get("Error", {}).get("Code", ""))
-        exc = exc.__cause__
     return ""

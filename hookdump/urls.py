@@ -24,7 +24,7 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
 #: The package behind each scheme that fsspec does not carry itself, all in hookdump's ``cloud`` extra.
 PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "hf": "huggingface_hub"}
 EXTRA = "cloud"
-ATTEMPTS = "HOOKDUMP_STORAGE_ATTEMPTS"  # tries of a call (default 5): then the network is down
+ATTEMPTS_VAR = "HOOKDUMP_STORAGE_ATTEMPTS"  # tries of a call (default 5): then the network is down
 #: On S3 each of hookdump's tries is one request: botocore's own retries (5 a call) and s3fs's (5 around
 #: them, for timeouts) would sit under them, 25 requests and a minute for "5 tries" when a server is
 #: down. A retry setting of the user's for botocore is kept.
@@ -118,11 +118,7 @@ def filesystem(url: str, role: str = "input") -> tuple[Any, str]:
     try:
         fs = _system(name)
     except (TypeError, ValueError) as exc:
-        keys = ", ".join(sorted(_options)) or "none"
-        raise UsageError(
-            f"The storage options given for `{url}` ({keys}) are not ones `{name}://` takes: {exc}",
-            "Check the --storage-option keys (the file system's own: anon, endpoint_url, profile, ...).",
-        ) from exc
+        raise _bad_options(url, exc) from exc
     path = fs._strip_protocol(url)
     return fs, str(path)
 
@@ -137,7 +133,7 @@ def _system(name: str) -> Any:
     if key not in _systems:
         single = name in ("s3", "s3a") and not _user_retries(_options)
         options = (
-            {**_options, "config_kwargs": {**_options.get("config_kwargs", {}), **SINGLE}}
+            {**_options, "config_kwargs": {**(_options.get("config_kwargs") or {}), **SINGLE}}
             if single
             else _options
         )
@@ -176,17 +172,30 @@ def call(url: str, work: Callable[[], T], role: str = "input", what: str = "reac
         except HookdumpError:
             raise
         except Exception as exc:  # the libraries behind fsspec raise many kinds
+            if isinstance(exc, TypeError) and "keyword argument" in str(exc):
+                raise _bad_options(url, exc) from exc  # s3fs passes its options on at the first call
             if not transient(exc) or attempt == attempts - 1:
-                raise refusal(url, exc, role, what, attempt + 1, sorted(_options)) from exc
+                raise refusal(url, exc, role, what, attempt + 1) from exc
             time.sleep(0.5 * 2**attempt * (0.75 + random.random() / 2))
     raise AssertionError("unreachable")
 
 
+def _bad_options(url: str, exc: BaseException) -> UsageError:
+    """The storage options in force are not all ones ``url``'s file system takes: their keys named (never
+    their values: they may be credentials)."""
+    return UsageError(
+        f"The storage options given for `{url}` ({', '.join(sorted(_options)) or 'none'}) are not all ones"
+        f" `{scheme(url)}://` takes: {exc}",
+        "Check the --storage-option keys (the file system's own: anon, endpoint_url, profile, ...).",
+    )
+
+
 def _attempts() -> int:
     """``$HOOKDUMP_STORAGE_ATTEMPTS`` (5 when unset), read at each call; not a whole number >= 1: exit 2."""
-    text = os.environ.get(ATTEMPTS) or "5"
+    text = os.environ.get(ATTEMPTS_VAR) or "5"
     if not text.strip().isdigit() or int(text) < 1:
         raise UsageError(
-            f"{ATTEMPTS}={text} is not a number of tries.", "Set it to a whole number >= 1, or unset it (5)."
+            f"{ATTEMPTS_VAR}={text} is not a number of tries.",
+            "Set it to a whole number >= 1, or unset it (5).",
         )
     return int(text)

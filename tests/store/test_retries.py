@@ -24,8 +24,10 @@ URL = "s3://busy/acts"
 class Busy(BaseHTTPRequestHandler):
     """Every request answered 503 with S3's SlowDown body; each one counted on the server."""
 
+    server: BusyServer
+
     def answer(self) -> None:
-        self.server.requests.append(f"{self.command} {self.path}")  # type: ignore[attr-defined]
+        self.server.requests.append(f"{self.command} {self.path}")
         body = b"<?xml version='1.0'?><Error><Code>SlowDown</Code><Message>busy</Message></Error>"
         self.send_response(503)
         self.send_header("Content-Length", str(len(body)))
@@ -39,10 +41,17 @@ class Busy(BaseHTTPRequestHandler):
         pass
 
 
+class BusyServer(ThreadingHTTPServer):
+    """The server on 127.0.0.1 and the requests it saw (``"HEAD /bucket/key"``)."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Busy)
+        self.requests: list[str] = []
+
+
 @pytest.fixture
-def busy() -> Iterator[ThreadingHTTPServer]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Busy)
-    server.requests = []  # type: ignore[attr-defined]
+def busy() -> Iterator[BusyServer]:
+    server = BusyServer()
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield server
@@ -51,7 +60,7 @@ def busy() -> Iterator[ThreadingHTTPServer]:
         server.server_close()
 
 
-def _env(server: ThreadingHTTPServer, tmp_path: Path, **more: str) -> dict[str, str]:
+def _env(server: BusyServer, tmp_path: Path, **more: str) -> dict[str, str]:
     """The console script's environment: the busy server as the endpoint, no ~/.aws of the machine's."""
     host, port = server.server_address[:2]
     mine = {
@@ -71,7 +80,7 @@ def test_each_of_hookdump_s_tries_is_one_request_then_exit_5_naming_the_url(busy
     done = forkrun.run(["stats", URL], env=_env(busy, tmp_path, HOOKDUMP_STORAGE_ATTEMPTS="2"), cwd=tmp_path)
     assert done.returncode == 5, done.stderr
     paragraph(done.stderr, f"`{URL}`", "did not answer after 2 tries (503)", "--resume")
-    assert busy.requests == ["HEAD /busy/acts/manifest.json"] * 2  # type: ignore[attr-defined]
+    assert busy.requests == ["HEAD /busy/acts/manifest.json"] * 2
 
 
 @pytest.mark.parametrize("where", ["AWS_MAX_ATTEMPTS", "the profile's max_attempts"])
@@ -83,7 +92,7 @@ def test_botocore_retries_the_user_set_are_kept_under_each_try(busy, tmp_path: P
         (tmp_path / "aws-config").write_text("[default]\nmax_attempts = 2\n")
     done = forkrun.run(["stats", URL], env=_env(busy, tmp_path, **more), cwd=tmp_path)
     assert done.returncode == 5, done.stderr
-    assert len(busy.requests) == 2 * 2  # type: ignore[attr-defined]
+    assert len(busy.requests) == 2 * 2
 
 
 def test_the_api_s_config_kwargs_retries_are_kept(busy, tmp_path: Path, monkeypatch) -> None:
@@ -94,7 +103,7 @@ def test_the_api_s_config_kwargs_retries_are_kept(busy, tmp_path: Path, monkeypa
     options = {"config_kwargs": {"retries": {"total_max_attempts": 2}}}
     with pytest.raises(StorageError, match="did not answer after 1 try "):
         hookdump.open(URL, storage_options=options)
-    assert len(busy.requests) == 2  # type: ignore[attr-defined]
+    assert len(busy.requests) == 2
 
 
 def test_a_number_of_tries_that_is_not_one_is_exit_2(busy, tmp_path: Path) -> None:
@@ -103,4 +112,13 @@ def test_a_number_of_tries_that_is_not_one_is_exit_2(busy, tmp_path: Path) -> No
     )
     assert done.returncode == 2, done.stderr
     paragraph(done.stderr, "HOOKDUMP_STORAGE_ATTEMPTS=many is not a number of tries", "whole number")
-    assert busy.requests == []  # type: ignore[attr-defined]
+    assert busy.requests == []
+
+
+def test_an_option_s3_does_not_take_is_exit_2_naming_its_key_not_its_value(busy, tmp_path: Path) -> None:
+    option = ["--storage-option", "bogus=secret-value"]
+    done = forkrun.run(["stats", URL, *option], env=_env(busy, tmp_path), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    paragraph(done.stderr, f"The storage options given for `{URL}` (bogus) are not all ones `s3://` takes")
+    assert "secret-value" not in done.stderr + done.stdout
+    assert busy.requests == []
