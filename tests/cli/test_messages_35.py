@@ -161,7 +161,11 @@ def test_tv_models_that_warn_keep_stderr_to_our_words(
             model(torchvision_input(chelsea))
     finally:
         handle.remove()
-    np.testing.assert_array_equal(np.load(tmp_path / "out" / f"{layer}.npy"), kept[0].numpy())
+    # Within float32 rounding, not bit for bit: under pytest -n this process computes with one thread and
+    # the console script with the machine's, and on some CPUs (AMD EPYC) oneDNN's sums then differ in order.
+    np.testing.assert_allclose(
+        np.load(tmp_path / "out" / f"{layer}.npy"), kept[0].numpy(), rtol=1e-5, atol=1e-7
+    )
 
 
 # --- 14: two captures of other inputs: the first input that differs, on each side --------------------------
