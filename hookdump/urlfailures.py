@@ -60,14 +60,14 @@ def transient(exc: BaseException) -> bool:
 def refusal(url: str, exc: BaseException, role: str, what: str, attempts: int = 1) -> HookdumpError:
     """One paragraph for a failure to ``what`` (reach, read, write, list) ``url``: the network down (exit 5,
     resumable), no credentials, credentials refused, a bucket or object that is not there."""
+    name, code = type(exc).__name__, _code(exc)
     if transient(exc):
         return StorageError(
             f"Could not {what} `{url}`: the storage did not answer after {attempts}"
-            f" {'try' if attempts == 1 else 'tries'} ({_code(exc) or type(exc).__name__}).",
+            f" {'try' if attempts == 1 else 'tries'} ({code or name}).",
             "Check the network and the endpoint (AWS_ENDPOINT_URL, --storage-option endpoint_url=...), then"
             " rerun the same command (a capture: with --resume; what was committed is kept).",
         )
-    name, code = type(exc).__name__, _code(exc)
     error = error_for(role)
     if name in NO_CREDENTIALS:
         return error(

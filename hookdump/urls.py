@@ -25,9 +25,9 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
 PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "hf": "huggingface_hub"}
 EXTRA = "cloud"
 ATTEMPTS_VAR = "HOOKDUMP_STORAGE_ATTEMPTS"  # tries of a call (default 5): then the network is down
-#: On S3 each of hookdump's tries is one request: botocore's own retries (5 a call) and s3fs's (5 around
-#: them, for timeouts) would sit under them, 25 requests and a minute for "5 tries" when a server is
-#: down. A retry setting of the user's for botocore is kept.
+#: On S3 each of hookdump's tries is one request: botocore's own retries (5 requests a call, counted) and
+#: s3fs's (around them, for timeouts) would sit under them: a minute for "5 tries" when a server is down.
+#: A retry setting of the user's for botocore is kept.
 SINGLE = {"retries": {"total_max_attempts": 1}}
 _options: dict[str, Any] = {}  # the storage options in force (``given``)
 _systems: dict[tuple[str, str, tuple[tuple[str, str], ...]], Any] = {}
@@ -132,11 +132,9 @@ def _system(name: str) -> Any:
     key = (name, repr(sorted(_options.items())), env)
     if key not in _systems:
         single = name in ("s3", "s3a") and not _user_retries(_options)
-        options = (
-            {**_options, "config_kwargs": {**(_options.get("config_kwargs") or {}), **SINGLE}}
-            if single
-            else _options
-        )
+        options = dict(_options)
+        if single:
+            options["config_kwargs"] = {**(options.get("config_kwargs") or {}), **SINGLE}
         _systems[key] = fsspec.filesystem(name, skip_instance_cache=True, **options)
         if single:
             _systems[key].retries = 1  # s3fs's own loop, around botocore's

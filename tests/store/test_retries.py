@@ -19,6 +19,8 @@ from hookdump.errors import StorageError
 
 KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 URL = "s3://busy/acts"
+#: The machine's botocore retry settings and profile: the tests set their own.
+MACHINE_S = ("AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE", "AWS_PROFILE")
 
 
 class Busy(BaseHTTPRequestHandler):
@@ -63,9 +65,7 @@ def busy() -> Iterator[BusyServer]:
 def _env(server: BusyServer, tmp_path: Path, **more: str) -> dict[str, str]:
     """The console script's environment: the busy server as the endpoint, no ~/.aws of the machine's."""
     host, port = server.server_address[:2]
-    mine = {
-        k: v for k, v in os.environ.items() if k not in ("AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE", "AWS_PROFILE")
-    }
+    mine = {k: v for k, v in os.environ.items() if k not in MACHINE_S}
     return {
         **mine,
         **KEYS,
@@ -98,7 +98,7 @@ def test_botocore_retries_the_user_set_are_kept_under_each_try(busy, tmp_path: P
 def test_the_api_s_config_kwargs_retries_are_kept(busy, tmp_path: Path, monkeypatch) -> None:
     for key, value in _env(busy, tmp_path, HOOKDUMP_STORAGE_ATTEMPTS="1").items():
         monkeypatch.setenv(key, value)
-    for key in ("AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE", "AWS_PROFILE"):
+    for key in MACHINE_S:
         monkeypatch.delenv(key, raising=False)
     options = {"config_kwargs": {"retries": {"total_max_attempts": 2}}}
     with pytest.raises(StorageError, match="did not answer after 1 try "):
