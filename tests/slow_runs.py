@@ -9,10 +9,10 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import forkrun
 from common import PLUGINS, SKIMAGE_DATA, WAIT_S
 
 PLUGIN = PLUGINS / "behaviour_plugin.py"
@@ -38,16 +38,15 @@ def mixed_photos(folder: Path, n: int) -> Path:
     return folder
 
 
-def start_run(args: list[str], **env: str) -> subprocess.Popen[str]:
-    """``python -m hookdump ARGS`` started, its output piped, sleeping 0.5 s a batch unless ``env`` says."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "hookdump", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "HOOKDUMP_TEST_SLEEP": "0.5", **env},
-    )  # fmt: skip
+def start_run(args: list[str], **env: str) -> forkrun.Forked | subprocess.Popen[str]:
+    """The console script's entry point started on ARGS (forked: :mod:`forkrun`), in a session of its own,
+    its output kept, sleeping 0.5 s a batch unless ``env`` says."""
+    return forkrun.start(args, env={**os.environ, "HOOKDUMP_TEST_SLEEP": "0.5", **env})
 
 
-def wait_for(pattern: str, folder: Path, proc: subprocess.Popen[str], timeout: float = WAIT_S) -> Path:
+def wait_for(
+    pattern: str, folder: Path, proc: forkrun.Forked | subprocess.Popen[str], timeout: float = WAIT_S
+) -> Path:
     """The first file of ``folder`` that matches ``pattern``, once there; fails if ``proc`` ends first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +18,6 @@ from common import SKIMAGE_DATA, WAIT_S, free_port, inputs_of
 from helpers import in_session
 from slow_runs import PLUGIN, images_done, mixed_photos
 
-EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 SLOW = ("--import", str(PLUGIN), "-m", "slow_net", "-l", "conv", "-l", "act", "--batch-size", "2")
 FORMATS = ("--format", "npy,pt,safetensors")
 DEADLINE = WAIT_S
@@ -29,16 +27,13 @@ def _run(*args: object, env: dict[str, str] | None = None) -> subprocess.Complet
     return forkrun.run(args, env={**os.environ, "HOOKDUMP_TEST_SLEEP": "0.2", **(env or {})})
 
 
-def _start(*args: object) -> subprocess.Popen[str]:
+def _start(*args: object) -> forkrun.Forked | subprocess.Popen[str]:
     """The console script in a process group of its own, as a terminal, Slurm or systemd starts it."""
-    return subprocess.Popen(
-        [EXE, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "HOOKDUMP_TEST_SLEEP": "0.2"}, start_new_session=True,
-    )  # fmt: skip
+    return forkrun.start(args, env={**os.environ, "HOOKDUMP_TEST_SLEEP": "0.2"})
 
 
 def _wait_until(
-    done, what: str, proc: subprocess.Popen[str] | None = None, seconds: float = DEADLINE
+    done, what: str, proc: forkrun.Forked | subprocess.Popen[str] | None = None, seconds: float = DEADLINE
 ) -> None:
     deadline = time.monotonic() + seconds
     while not done():
@@ -114,11 +109,10 @@ def test_a_worker_blocked_on_a_full_pipe_exits_with_its_killed_parent(tmp_path: 
             tmp_path / "tiny" / f"{i}.png"
         )
     args = ("capture", "-m", "test_resnet", "--input-size", "3,16,16", "-l", "layer1", "--reduce", "mean")
-    run = subprocess.Popen(
-        [EXE, *args, "--batch-size", "256", "--workers", "1", tmp_path / "tiny", "-o", tmp_path / "out"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    run = forkrun.start(
+        [*args, "--batch-size", "256", "--workers", "1", tmp_path / "tiny", "-o", tmp_path / "out"],
         env={**os.environ, "HOOKDUMP_TEST_KILL_AT": "checkpoint-1"},
-    )  # fmt: skip
+    )
     assert run.wait(timeout=DEADLINE) == -signal.SIGKILL
     _wait_until(lambda: not in_session(run.pid), "the orphaned worker exited", seconds=60)
 

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import forkrun
@@ -140,24 +139,8 @@ def test_two_ranks_started_by_hand_give_the_store_of_one_process(
         "WORLD_SIZE": "2",
         "TMPDIR": str(short_tmp),
     }
-    command = [
-        sys.executable,
-        "-m",
-        "hookdump",
-        "capture",
-        *ARGS,
-        *chunk,
-        str(photos),
-        "-o",
-        str(out),
-        "--device",
-        "cpu",
-    ]
-    ranks = [
-        subprocess.Popen([*command, "--workers", "0"], env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for r in range(2)
-    ]  # fmt: skip
+    command = ["capture", *ARGS, *chunk, photos, "-o", out, "--device", "cpu", "--workers", "0"]
+    ranks = [forkrun.start(command, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(2)]
     ended = [rank.communicate(timeout=600) for rank in ranks]
     assert [rank.returncode for rank in ranks] == [0, 0], ended
     assert ended[0][0].count("wrote ") == 1 and "wrote " not in ended[1][0]  # rank 0 alone reports

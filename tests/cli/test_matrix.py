@@ -26,18 +26,18 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import forkrun
 import numpy as np
 import pytest
 import timm
 import torch
-from cli_errors import EXE, TWINS_FOR_OLD_TIMM, RunsCode, png_of_zeros, run_unprivileged
+from cli_errors import TWINS_FOR_OLD_TIMM, RunsCode, png_of_zeros, run_unprivileged
 from common import PLUGINS, SKIMAGE_DATA, WAIT_S, inputs_of, paragraph
 from PIL import Image
 from safetensors.torch import save_file
@@ -1008,8 +1008,8 @@ STOPS = [(phase, sig) for phase in PHASES for sig in (signal.SIGINT, signal.SIGT
 
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Each capture of STOPS through the console script, stopped by its signal in its phase (all at once, to
-    share the cost of starting Python); and the same capture run through uninterrupted."""
+    """Each capture of STOPS through the console script's entry point (forked, each in a session of its own),
+    stopped by its signal in its phase, all at once; and the same capture run through uninterrupted."""
     folder = tmp_path_factory.mktemp("signals")
     (folder / "photos").mkdir()
     for i in range(10):
@@ -1020,7 +1020,6 @@ def stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "--input-size", "3,16,16", "--batch-size", "2", "--workers", "1", str(folder / "photos"),
         "--format", "npy,pt",
     ]  # fmt: skip
-    assert EXE is not None
     runs = {}
     for phase, sig in STOPS:
         name = f"{phase}-{sig.name}"
@@ -1029,10 +1028,7 @@ def stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "HOOKDUMP_MATRIX_PHASE": phase,
             "HOOKDUMP_MATRIX_MARK": str(folder / f"{name}.mark"),
         }
-        runs[name] = subprocess.Popen(
-            [EXE, *args, "-o", str(folder / name), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=env, start_new_session=True,
-        )  # fmt: skip
+        runs[name] = forkrun.start([*args, "-o", folder / name, "--json"], env=env)  # a session of its own
     results = {}
     deadline = time.monotonic() + WAIT_S
     waiting = dict(runs)

@@ -365,16 +365,13 @@ def test_photos_inside_out_left_out_of_the_walk_get_a_note(tmp_path: Path, photo
 def test_advice_after_an_interrupted_overwrite_run_works(tmp_path: Path) -> None:
     import signal
 
-    from slow_runs import SLOW_BY_3, images_done, mixed_photos, wait_for
+    from slow_runs import SLOW_BY_3, images_done, mixed_photos, start_run, wait_for
 
     photos, out = mixed_photos(tmp_path / "photos", 12), tmp_path / "out"
     args = ["capture", *SLOW_BY_3, str(photos), "-o", str(out)]
     assert run(tmp_path, *args).returncode == 0  # a finished capture, then a run that replaces it
     again = [*args, "--overwrite"]
-    started = subprocess.Popen(
-        [EXE, *again], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-        env={**os.environ, "HOOKDUMP_TEST_SLEEP": "0.5"},
-    )  # fmt: skip
+    started = start_run(again)
     wait_for(".hookdump-partial/progress.json", out, started)
     while images_done(out) < 3:  # polled, not spun: the capture needs the cores
         assert started.poll() is None, started.communicate()

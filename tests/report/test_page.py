@@ -9,7 +9,6 @@ import math
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import forkrun
@@ -23,7 +22,6 @@ from slow_runs import SLOW_BY_1, coffee_photos, start_run, wait_for
 
 import hookdump
 
-EXE = shutil.which("hookdump", path=str(Path(sys.executable).parent))
 RESNET = ("-m", "resnet18", "--input-size", "3,64,64", "-l", "layer1", "-l", "fc")
 
 
@@ -198,15 +196,15 @@ def test_nan_and_inf_are_highlighted(cli, tmp_path: Path) -> None:
 
 def test_rerun_replaces_the_report_through_the_console_script(cli, resnet: Path) -> None:
     (resnet / "report" / "mine.png").write_bytes(b"a user's")  # not hookdump's: refused, kept
-    proc = subprocess.run([EXE, "report", str(resnet), "--json"], capture_output=True, text=True, timeout=120)
+    proc = forkrun.run(["report", resnet, "--json"], timeout=120)
     assert proc.returncode == 2 and "report/mine.png` is in the way" in proc.stderr, proc.stderr
     assert (resnet / "report" / "mine.png").read_bytes() == b"a user's"
     (resnet / "report" / "mine.png").unlink()
     (resnet / "report" / "layer1.png").write_bytes(b"old")  # hookdump's, changed since: refused too
-    proc = subprocess.run([EXE, "report", str(resnet), "--json"], capture_output=True, text=True, timeout=120)
+    proc = forkrun.run(["report", resnet, "--json"], timeout=120)
     assert proc.returncode == 2 and "changed since" in proc.stderr, proc.stderr
     (resnet / "report" / "layer1.png").unlink()
-    proc = subprocess.run([EXE, "report", str(resnet), "--json"], capture_output=True, text=True, timeout=120)
+    proc = forkrun.run(["report", resnet, "--json"], timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["pictures"] == [str(resnet / "report" / "layer1.png")]
     hidden = [p.name for p in resnet.iterdir() if p.name.startswith(".")]

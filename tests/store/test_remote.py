@@ -10,6 +10,7 @@ import os
 import time
 from pathlib import Path
 
+import forkrun
 import pytest
 from common import WAIT_S, paragraph
 from dataset_inputs import MODEL, hd
@@ -132,9 +133,6 @@ def test_two_ranks_into_a_bucket_publish_the_single_process_capture(
     """torch.distributed's environment set by hand (as a scheduler does, no torchrun): each rank captures
     its shard into the mirror, rank 0 joins them and publishes, under the one lease it holds for them all;
     the bucket holds the files one process writes, ``.npy`` and ``tensors.zarr`` alike."""
-    import subprocess
-    import sys
-
     from common import free_port
 
     bucket = s3.bucket("ranks")
@@ -144,12 +142,8 @@ def test_two_ranks_into_a_bucket_publish_the_single_process_capture(
     base = {k: v for k, v in s3.env.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     base |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "2",
              "TMPDIR": str(short_tmp)}  # fmt: skip
-    command = [sys.executable, "-m", "hookdump", *args, "--workers", "0", "-o", f"{bucket}/two"]
-    ranks = [
-        subprocess.Popen(command, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-        for r in range(2)
-    ]  # fmt: skip
+    command = [*args, "--workers", "0", "-o", f"{bucket}/two"]
+    ranks = [forkrun.start(command, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(2)]
     ended = [rank.communicate(timeout=600) for rank in ranks]
     assert [rank.returncode for rank in ranks] == [0, 0], ended
     keys = [k.removeprefix("two/") for k in s3.keys(f"{bucket}/two")]
