@@ -1,13 +1,16 @@
 """What the tests of every wing share that is not a fixture: where things are (the checkout, its plugins,
-scikit-image's photos), how long to wait for a process, a free port, the CLI run in-process, a capture's
+scikit-image's photos), how long to wait for a process, a free port, torchrun's command line, the CLI run
+in-process, a capture's
 input records, the one-paragraph error check, and every command a docs page shows."""
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 from typing import Any
 
+import forkrun
 import numpy as np
 import skimage
 from typer.testing import CliRunner
@@ -32,6 +35,18 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def torchrun(
+    args: list[Any] | tuple[Any, ...], tmp: Path, *, forked: bool = True, **env: str
+) -> tuple[list[str], dict[str, str]]:
+    """torchrun's command line for two CPU ranks of ``hookdump ARGS`` (each forked from the test process's
+    server unless ``forked=False``: :func:`forkrun.torchrun`), and its environment: this one without a rank
+    of its own, ``env`` added, torchrun's log folders (and the ranks' temporary files) in ``tmp`` (the test's
+    ``short_tmp``, not /tmp), a free rendezvous port of its own (``PET_MASTER_PORT``: ``--master-port``)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    base |= {"TMPDIR": str(tmp), "PET_MASTER_PORT": str(free_port()), **env}
+    return forkrun.torchrun([*args, "--device", "cpu"], env=base, forked=forked)
 
 
 class Cli:

@@ -11,11 +11,16 @@ from a terminal or a scheduler), then calls ``hookdump.cli.app.main`` with the r
 script does, and ends as it ends (its exit code, or the signal that killed it). Importing takes ~4.5 s of CPU
 per process here and a test run of the console script ~1 s more, so most of the suite's time went on imports.
 
+torchrun's ranks come from the server too (:func:`torchrun`): torchrun itself runs as it is and starts
+``forkrank.py`` as each rank, a small script that hands its arguments, environment and standard streams to
+the server over its socket, passes on the signals torchrun sends it, and ends as its run ended. A rank's
+``OMP_NUM_THREADS`` (torchrun sets 1) is applied with ``torch.set_num_threads``, as libgomp would read it.
+
 Where the run could differ from a fresh interpreter it is one: a real ``subprocess`` run of the console
 script when the run's environment differs from the server's in a variable read when Python, torch or
 Hugging Face's libraries start (``HF_*``, ``OMP_*``, ``PYTHON*``, locale, ...), or when the server cannot
-start. Tests of the process itself (``--help`` without torch, the process settings, torchrun, the demo
-script) run the console script as it is.
+start. Tests of the process itself (``--help`` without torch, the process settings, the demo script, one
+torchrun run end to end) run the console script as it is.
 """
 
 from __future__ import annotations
@@ -26,10 +31,10 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -42,25 +47,36 @@ AT_START = (
     "MALLOC_", "GLIBC_", "LD_", "PYTHON", "LANG", "LC_", "CUDA_", "XDG_", "HOME",
 )  # fmt: skip
 
+#: The variable that tells torchrun's ranks (:data:`RANK`) where the server listens.
+ADDRESS_VAR = "HOOKDUMP_TEST_FORK_SERVER"
+#: torchrun's rank, forked from the server: ``torchrun --no-python ... *RANK capture ...`` (:func:`torchrun`).
+RANK = (sys.executable, str(Path(__file__).with_name("forkrank.py")))
+
 SERVER = r"""
-import json, os, select, signal, sys, tempfile
-requests, replies = int(sys.argv[1]), int(sys.argv[2])
+import json, os, select, signal, socket, sys, tempfile
+alive, ready, address = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 from hookdump.cli import process
 process.short_spin()  # before torch, as the console script's main does
-import hookdump.api, hookdump.cli.app, hookdump.cli.render, timm, torchvision  # noqa: F401
+import hookdump.api, hookdump.cli.app, hookdump.cli.render, timm, torch, torchvision  # noqa: F401
 import hookdump.cli.summaries, hookdump.cli.tree_view  # noqa: F401
-spin = os.environ.get("GOMP_SPINCOUNT")
+spin, threads = os.environ.get("GOMP_SPINCOUNT"), torch.get_num_threads()
 wake, woken = os.pipe()  # SIGCHLD writes a byte here: a child ended
 os.set_blocking(woken, False)
 signal.signal(signal.SIGCHLD, lambda *_: None)
 signal.set_wakeup_fd(woken)
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(address)
+listener.listen(64)
+running = {}  # pid: the connection its job came on
 
 
-def child(job):
+def child(job, fds, conn):
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in (requests, replies, wake, woken):
+        for sock in (listener, conn, *running.values()):
+            sock.close()
+        for fd in (alive, ready, wake, woken):
             os.close(fd)
         if job["session"]:
             os.setsid()
@@ -69,12 +85,12 @@ def child(job):
         os.environ.update(job["env"])
         if spin is not None and not any(k in os.environ for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")):
             os.environ["GOMP_SPINCOUNT"] = spin
+        if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) != threads:
+            torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # torchrun's ranks: what libgomp reads
         tempfile.tempdir = None
-        for fd, path, mode in ((0, job["stdin"], os.O_RDONLY), (1, job["stdout"], os.O_WRONLY),
-                               (2, job["stderr"], os.O_WRONLY)):
-            opened = os.open(path, mode)
-            os.dup2(opened, fd)
-            os.close(opened)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
         sys.argv = ["hookdump", *job["args"]]
         from hookdump.cli.app import main
         main()
@@ -82,101 +98,92 @@ def child(job):
         os._exit(1)
 
 
-def reply(**fields):
-    os.write(replies, (json.dumps(fields) + "\n").encode())
+def job_of(conn):
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+    while not data.endswith(b"\n"):
+        data += conn.recv(1 << 20)
+    return json.loads(data), fds
 
 
-os.write(replies, b"ready\n")
-running, pending = {}, b""
+os.write(ready, b"ready\n")
 while True:
-    ready, _, _ = select.select([requests, wake], [], [])
-    if wake in ready:
+    readable, _, _ = select.select([alive, wake, listener], [], [])
+    if alive in readable:  # the test process ended
+        break
+    if wake in readable:
         os.read(wake, 4096)
     while running:
         pid, status = os.waitpid(-1, os.WNOHANG)
         if pid == 0:
             break
-        reply(id=running.pop(pid), code=os.waitstatus_to_exitcode(status))
-    if requests in ready:
-        chunk = os.read(requests, 65536)
-        if not chunk:
-            break
-        pending += chunk
-        while b"\n" in pending:
-            line, _, pending = pending.partition(b"\n")
-            job = json.loads(line)
-            pid = os.fork()
-            if pid == 0:
-                child(job)
-            running[pid] = job["id"]
-            reply(id=job["id"], pid=pid)
+        conn = running.pop(pid)
+        conn.sendall((json.dumps({"code": os.waitstatus_to_exitcode(status)}) + "\n").encode())
+        conn.close()
+    if listener in readable:
+        conn, _ = listener.accept()
+        job, fds = job_of(conn)
+        pid = os.fork()
+        if pid == 0:
+            child(job, fds, conn)
+        for fd in fds:
+            os.close(fd)
+        running[pid] = conn
+        conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
 """
 
 
 class _Server:
-    """The forking server of this test process, started on first use; it runs any number of jobs at once."""
+    """The forking server of this test process, started on first use: it forks a child for each connection
+    to its socket (``address``), any number at once."""
 
     def __init__(self) -> None:
-        requests_r, self.requests = os.pipe()
-        self.replies, replies_w = os.pipe()
+        self.folder = tempfile.mkdtemp(prefix="hd-fork-", dir="/tmp" if os.path.isdir("/tmp") else None)
+        self.address = os.path.join(self.folder, "socket")  # short: AF_UNIX paths hold 107 bytes
+        alive_r, self.alive = os.pipe()
+        ready_r, ready_w = os.pipe()
         self.env = dict(os.environ)
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", SERVER, str(requests_r), str(replies_w)],
-            pass_fds=(requests_r, replies_w), stdin=subprocess.DEVNULL, env=self.env,
+            [sys.executable, "-c", SERVER, str(alive_r), str(ready_w), self.address],
+            pass_fds=(alive_r, ready_w), stdin=subprocess.DEVNULL, env=self.env,
         )  # fmt: skip
-        os.close(requests_r)
-        os.close(replies_w)
-        self.buffer, self.jobs, self.lock = b"", 0, threading.Lock()
-        self.pids: dict[int, int] = {}
-        self.codes: dict[int, int] = {}
-        if self._line(120) != b"ready":
-            raise RuntimeError("the fork server did not start")
-
-    def _line(self, timeout: float | None) -> bytes | None:
-        while b"\n" not in self.buffer:
-            ready, _, _ = select.select([self.replies], [], [], timeout)
-            if not ready:
-                return None
-            chunk = os.read(self.replies, 65536)
-            if not chunk:
-                raise RuntimeError("the fork server ended")
-            self.buffer += chunk
-        line, _, self.buffer = self.buffer.partition(b"\n")
-        return line
-
-    def _until(self, found: Any, timeout: float | None) -> None:
-        """Read replies until ``found()`` is true or ``timeout`` seconds passed."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self.lock:
-            while not found():
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                line = self._line(left)
-                if line is None:
-                    return
-                reply = json.loads(line)
-                (self.pids if "pid" in reply else self.codes)[reply["id"]] = reply.get(
-                    "pid", reply.get("code")
-                )
-
-    def start(self, job: dict[str, Any]) -> tuple[int, int]:
-        """The job forked: its id and pid."""
-        with self.lock:
-            self.jobs += 1
-            job_id = self.jobs
-            os.write(self.requests, (json.dumps({**job, "id": job_id}) + "\n").encode())
-        self._until(lambda: job_id in self.pids, 60)
-        if job_id not in self.pids:
-            raise RuntimeError("the fork server did not fork")
-        return job_id, self.pids.pop(job_id)
-
-    def code(self, job_id: int, timeout: float | None) -> int | None:
-        """The job's exit code (negative: the signal that ended it), or None if it still runs."""
-        self._until(lambda: job_id in self.codes, timeout)
-        return self.codes.pop(job_id, None)
+        os.close(alive_r)
+        os.close(ready_w)
+        with os.fdopen(ready_r, "rb") as ready:
+            if not select.select([ready], [], [], 120)[0] or ready.readline() != b"ready\n":
+                raise RuntimeError("the fork server did not start")
 
     def close(self) -> None:
-        os.close(self.requests)
+        os.close(self.alive)
         self.proc.wait(timeout=30)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def submit(address: str, job: dict[str, Any], fds: list[int]) -> tuple[socket.socket, int]:
+    """``job`` (``args``, ``env``, ``cwd``, ``session``) sent to the server at ``address`` with the child's
+    standard streams ``fds``: the connection its exit code will come on, and the child's pid."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(address)
+    socket.send_fds(conn, [(json.dumps(job) + "\n").encode()], fds)
+    return conn, int(json.loads(_line(conn, 60) or "{}")["pid"])
+
+
+def _line(conn: socket.socket, timeout: float | None) -> bytes | None:
+    """The server's next line on ``conn``, or None if none came in ``timeout`` seconds."""
+    data = b""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not data.endswith(b"\n"):
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not select.select([conn], [], [], left)[0]:
+            return None  # nothing read yet: the server writes each line whole, in one call
+        chunk = conn.recv(4096)
+        if not chunk:
+            raise RuntimeError("the fork server ended")
+        data += chunk
+    return data
+
+
+#: How a forked run's standard streams (files) are opened: stdin to read, stdout and stderr to write.
+STREAM_FLAGS = (os.O_RDONLY, os.O_WRONLY | os.O_TRUNC, os.O_WRONLY | os.O_TRUNC)
 
 
 class Forked:
@@ -184,17 +191,30 @@ class Forked:
     forked from the server: ``pid``, ``returncode``, ``poll``, ``wait``, ``communicate`` (the streams are
     files, read once it ended), ``send_signal``, ``terminate``, ``kill``."""
 
-    def __init__(self, server: _Server, args: list[str], job: dict[str, Any], folder: str) -> None:
-        self.args, self._server, self._folder, self._job = [EXE, *args], server, folder, job
-        self._id, self.pid = server.start(job)
-        self.returncode: int | None = None
+    def __init__(self, server: _Server, job: dict[str, Any], input: str | None) -> None:
+        self.args, self.returncode = [EXE, *job["args"]], None
+        self._folder = tempfile.mkdtemp(prefix="hd-run-")
+        self._paths = [os.path.join(self._folder, name) for name in ("stdin", "stdout", "stderr")]
+        Path(self._paths[0]).write_text(input or "")
+        fds = [
+            os.open(path, flags | os.O_CREAT, 0o600)
+            for path, flags in zip(self._paths, STREAM_FLAGS, strict=True)
+        ]
+        try:
+            self._conn, self.pid = submit(server.address, job, fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def poll(self) -> int | None:
         return self._wait(0)
 
     def _wait(self, timeout: float | None) -> int | None:
         if self.returncode is None:
-            self.returncode = self._server.code(self._id, timeout)
+            line = _line(self._conn, timeout)
+            if line is not None:
+                self.returncode = int(json.loads(line)["code"])
+                self._conn.close()
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -205,7 +225,7 @@ class Forked:
 
     def communicate(self, input: str | None = None, timeout: float | None = None) -> tuple[str, str]:
         self.wait(timeout)
-        out, err = (Path(self._job[n]).read_text(errors="replace") for n in ("stdout", "stderr"))
+        out, err = (Path(path).read_text(errors="replace") for path in self._paths[1:])
         shutil.rmtree(self._folder, ignore_errors=True)
         return out, err
 
@@ -241,12 +261,8 @@ def _server_for(env: dict[str, str]) -> _Server | None:
 
 def _fork(server: _Server, argv: list[str], env: dict[str, str], cwd: Path | str | None, input: str | None,
           session: bool) -> Forked:  # fmt: skip
-    folder = tempfile.mkdtemp(prefix="hd-run-")
-    paths = {name: os.path.join(folder, name) for name in ("stdin", "stdout", "stderr")}
-    for path in paths.values():
-        Path(path).write_text(input if path == paths["stdin"] and input is not None else "")
-    job = {"args": argv, "env": env, "cwd": str(cwd or os.getcwd()), "session": session, **paths}
-    return Forked(server, argv, job, folder)
+    job = {"args": argv, "env": env, "cwd": str(cwd or os.getcwd()), "session": session}
+    return Forked(server, job, input)
 
 
 def start(
@@ -290,3 +306,16 @@ def run(
         proc.communicate()
         raise
     return subprocess.CompletedProcess(proc.args, proc.wait(), out, err)
+
+
+def torchrun(
+    args: list[Any] | tuple[Any, ...], *, env: dict[str, str], ranks: int = 2, forked: bool = True
+) -> tuple[list[str], dict[str, str]]:
+    """``torchrun --nproc-per-node RANKS -m hookdump ARGS`` and its environment ``env``, each rank forked from
+    the server through ``forkrank.py`` (``forked=False``, or where :func:`run` would start a fresh
+    interpreter: each rank a fresh ``python -m hookdump``)."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks)]
+    server = _server_for(env) if forked else None
+    if server is None:
+        return [*launcher, "-m", "hookdump", *map(str, args)], env
+    return [*launcher, "--no-python", *RANK, *map(str, args)], {**env, ADDRESS_VAR: server.address}

@@ -8,13 +8,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import forkrun
 import pytest
-from common import SKIMAGE_DATA, WAIT_S, free_port, inputs_of
+from common import SKIMAGE_DATA, WAIT_S, inputs_of, torchrun
 from helpers import in_session
 from slow_runs import PLUGIN, images_done, mixed_photos
 
@@ -138,17 +137,8 @@ def test_a_signal_to_the_process_group_stops_the_run_and_keeps_its_progress(
     _same_capture(reference, out)
 
 
-def _torchrun(*args: object, ranks: int = 2) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "-m", "hookdump",
-            *map(str, args), "--device", "cpu"]  # fmt: skip
-
-
-def _launcher_env(tmp: Path) -> dict[str, str]:
-    """This environment without a rank of its own; torchrun's log folders (and the ranks' temporary files)
-    go to ``tmp``, the test's own ``short_tmp``, not /tmp; a free rendezvous port of its own
-    (``PET_MASTER_PORT`` is torchrun's ``--master-port``)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    return env | {"TMPDIR": str(tmp), "HOOKDUMP_TEST_SLEEP": "0.2", "PET_MASTER_PORT": str(free_port())}
+def _torchrun(*args: object, tmp: Path, sleep: str = "0.2") -> tuple[list[str], dict[str, str]]:
+    return torchrun(args, tmp, HOOKDUMP_TEST_SLEEP=sleep)
 
 
 @pytest.mark.parametrize("workers", [(), ("--workers", "0")], ids=["default-workers", "no-workers"])
@@ -158,8 +148,8 @@ def test_sigterm_to_torchrun_keeps_each_ranks_progress_and_resume_finishes_it(
     """torchrun forwards SIGTERM to each rank's process group; each rank exits 143 with the usual paragraph
     and keeps its folder; torchrun itself exits 1 (its SignalException)."""
     photos, reference = whole
-    out, env = tmp_path / "out", _launcher_env(short_tmp)
-    command = _torchrun("capture", *SLOW, photos, *FORMATS, "-o", out, *workers)
+    out = tmp_path / "out"
+    command, env = _torchrun("capture", *SLOW, photos, *FORMATS, "-o", out, *workers, tmp=short_tmp)
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     ranks = [out / ".hookdump-ranks" / f"rank-{r}" for r in (0, 1)]
     _wait_until(lambda: min(images_done(r) for r in ranks) >= 2, "both ranks checkpointed", run)
@@ -224,8 +214,8 @@ def test_skip_bad_under_torchrun_lists_each_bad_input_once(
     tmp_path: Path, short_tmp: Path, bad_inputs: tuple[tuple[str | Path, ...], Path]
 ) -> None:
     args, one_folder = bad_inputs
-    ranks = subprocess.run(_torchrun(*args, "-o", tmp_path / "ranks"), capture_output=True, text=True,
-                           timeout=600, env=_launcher_env(short_tmp))  # fmt: skip
+    command, env = _torchrun(*args, "-o", tmp_path / "ranks", tmp=short_tmp)
+    ranks = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert ranks.returncode == 0, ranks.stderr[-3000:]
     one, both = (json.loads((d / "manifest.json").read_text()) for d in (one_folder, tmp_path / "ranks"))
     assert both["skipped"] == one["skipped"] and len(one["skipped"]) == 2
@@ -236,15 +226,15 @@ def test_skip_bad_under_torchrun_lists_each_bad_input_once(
 def test_torchrun_with_fewer_batches_than_ranks_idles_the_others_and_refuses_a_shard(
     tmp_path: Path, short_tmp: Path
 ) -> None:
-    photos, env = mixed_photos(tmp_path / "photos", 3), _launcher_env(short_tmp)
+    photos = mixed_photos(tmp_path / "photos", 3)
     args = ("capture", "-m", "test_resnet", "-l", "conv1", "--batch-size", "4", photos, *FORMATS)
     assert _run(*args, "-o", tmp_path / "one").returncode == 0
-    ranks = subprocess.run(_torchrun(*args, "-o", tmp_path / "ranks"), capture_output=True, text=True,
-                           timeout=600, env=env)  # fmt: skip
+    command, env = _torchrun(*args, "-o", tmp_path / "ranks", tmp=short_tmp)
+    ranks = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert ranks.returncode == 0, ranks.stderr[-3000:]
     _same_capture(tmp_path / "one", tmp_path / "ranks")
-    shard = subprocess.run(_torchrun(*args, "-o", tmp_path / "s", "--shard", "0/2"), capture_output=True,
-                           text=True, timeout=600, env=env)  # fmt: skip
+    command, env = _torchrun(*args, "-o", tmp_path / "s", "--shard", "0/2", tmp=short_tmp)
+    shard = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert shard.returncode != 0 and "--shard 0/2 under torchrun" in shard.stderr
     assert "exitcode  : 2" in shard.stderr and not (tmp_path / "s").exists()
 
@@ -289,8 +279,8 @@ def test_sigterm_to_torchrun_while_a_finished_rank_waits_for_the_others(
     photos = mixed_photos(tmp_path / "photos", 3)
     args = ("capture", "--import", PLUGIN, "-m", "slow_net", "-l", "conv", "--batch-size", "1", photos)
     assert _run(*args, "-o", tmp_path / "one", env={"HOOKDUMP_TEST_SLEEP": "0"}).returncode == 0
-    out, env = tmp_path / "out", _launcher_env(short_tmp) | {"HOOKDUMP_TEST_SLEEP": "3"}
-    command = _torchrun(*args, "-o", out, "--workers", "0")
+    out = tmp_path / "out"
+    command, env = _torchrun(*args, "-o", out, "--workers", "0", tmp=short_tmp, sleep="3")
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     _wait_until(lambda: (out / ".hookdump-ranks/rank-0/manifest.json").exists(), "rank 0 finished", run)
     run.send_signal(signal.SIGTERM)

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import forkrun
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 import timm
 import torch
-from common import SKIMAGE_DATA, free_port, paragraph
+from common import SKIMAGE_DATA, paragraph, torchrun
 from helpers import photo_batch, seeded
 
 import hookdump
@@ -136,11 +135,8 @@ def test_torchrun_two_ranks_equal_one_process(
     tmp_path: Path, short_tmp: Path, whole: tuple[Path, Path]
 ) -> None:
     photos, reference = whole
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env |= {"TMPDIR": str(short_tmp), "PET_MASTER_PORT": str(free_port())}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "hookdump",
-               "capture", *MODEL, *OPS, str(photos), "--batch-size", "2", "--workers", "0", "--device", "cpu",
-               "-o", str(tmp_path / "ranks")]  # fmt: skip
+    args = ["capture", *MODEL, *OPS, photos, "--batch-size", "2", "--workers", "0", "-o", tmp_path / "ranks"]
+    command, env = torchrun(args, short_tmp)
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     for stem in FILES:

@@ -4,13 +4,11 @@ the single-process files byte for byte."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from common import SKIMAGE_DATA, free_port, inputs_of
+from common import SKIMAGE_DATA, inputs_of, torchrun
 from slow_runs import mixed_photos
 
 ARGS = (
@@ -70,25 +68,14 @@ def test_shards_merged_equal_one_process(cli, tmp_path: Path, single: tuple[Path
         assert result.exit_code == 2 and "is not I/N" in result.stderr
 
 
-def _launcher_env(tmp: Path) -> dict[str, str]:
-    """This environment without a rank of its own; torchrun's log folders (and the ranks' temporary files)
-    go to ``tmp``, the test's own ``short_tmp``, not /tmp; a free rendezvous port of its own
-    (``PET_MASTER_PORT`` is torchrun's ``--master-port``)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    return env | {"TMPDIR": str(tmp), "PET_MASTER_PORT": str(free_port())}
-
-
 def test_two_cpu_ranks_under_torchrun_equal_one_process(
     tmp_path: Path, short_tmp: Path, single: tuple[Path, Path]
 ) -> None:
     photos, whole = single
     out = tmp_path / "ranks"
-    env = _launcher_env(short_tmp)
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "hookdump", "capture",
-         *ARGS, str(photos), "-o", str(out), "--device", "cpu"],
-        capture_output=True, text=True, timeout=600, env=env,
-    )  # fmt: skip
+    # each rank a fresh `python -m hookdump`, as a user's torchrun starts it (other torchrun tests fork them)
+    command, env = torchrun(["capture", *ARGS, photos, "-o", out], short_tmp, forked=False)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("wrote ") == 1  # rank 0 alone reports
     _same_files(whole, out)
@@ -100,12 +87,8 @@ def test_a_failing_rank_fails_the_run_with_its_message(tmp_path: Path, short_tmp
     (photos / "p05.png").unlink()
     whole = (SKIMAGE_DATA / "rocket.jpg").read_bytes()
     (photos / "p05.jpg").write_bytes(whole[: len(whole) // 3])  # a header that reads, pixels that do not
-    env = _launcher_env(short_tmp)
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "hookdump", "capture",
-         *ARGS, str(photos), "-o", str(tmp_path / "o"), "--device", "cpu"],
-        capture_output=True, text=True, timeout=600, env=env,
-    )  # fmt: skip
+    command, env = torchrun(["capture", *ARGS, photos, "-o", tmp_path / "o"], short_tmp)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode != 0
     assert "rank 1: " in proc.stderr and "p05.jpg` is not an image hookdump can read" in proc.stderr
     assert not (tmp_path / "o").exists()
