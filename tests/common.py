@@ -1,12 +1,13 @@
 """What the tests of every wing share that is not a fixture: where things are (the checkout, its plugins,
-scikit-image's photos), how long to wait for a process, a free port, torchrun's command line, the CLI run
-in-process, a capture's
-input records, the one-paragraph error check, and every command a docs page shows."""
+scikit-image's photos), how long to wait for a process, what git lists in the checkout, a free port,
+torchrun's command line, the CLI run in-process, a capture's input records, the one-paragraph error check,
+and every command a docs page shows."""
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,21 @@ README = CHECKOUT / "README.md"
 #: reached) before it fails: a deadline, not a timing check; each wait polls its condition and gives up at
 #: once when the process exits. Generous, because a loaded 2-core machine runs tests side by side.
 WAIT_S = 600.0
+
+
+def checkout_state() -> str | None:
+    """Every file git lists in the checkout, ignored ones included (caches aside); None outside git."""
+    try:
+        proc = subprocess.run(
+            ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"],
+            cwd=CHECKOUT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    skip = (".venv/", "__pycache__", ".egg-info", "_cache/")
+    return "\n".join(line for line in proc.stdout.splitlines() if not any(s in line for s in skip))
 
 
 def free_port() -> int:

@@ -19,7 +19,7 @@ pytest.register_assert_rewrite(
     "cli_errors", "common", "dataset_inputs", "helpers", "read_back", "s3server", "slow_runs"
 )
 
-from common import CHECKOUT, PLUGINS, SKIMAGE_DATA, Cli  # noqa: E402
+from common import CHECKOUT, PLUGINS, SKIMAGE_DATA, Cli, checkout_state  # noqa: E402
 
 LITE0_SCRIPT = CHECKOUT / "scripts" / "lite0_checkpoint.py"
 
@@ -44,21 +44,6 @@ def s3() -> Iterator[Any]:
     server.stop()
 
 
-def _checkout_state() -> str | None:
-    """Every file git lists in the checkout, ignored ones included (caches aside); None outside git."""
-    try:
-        proc = subprocess.run(
-            ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"],
-            cwd=CHECKOUT, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if proc.returncode != 0:
-        return None
-    skip = (".venv/", "__pycache__", ".egg-info", "_cache/")
-    return "\n".join(line for line in proc.stdout.splitlines() if not any(s in line for s in skip))
-
-
 def pytest_sessionstart(session: pytest.Session) -> None:
     # A shell without job control starts a background job with SIGINT ignored, and the tests' children
     # would inherit that (their Ctrl-C tests could not stop them): a handler is reset to the default at exec.
@@ -67,7 +52,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # HOOKDUMP_SHARED_CHECKOUT=1: others are editing this checkout at the same time; their new files
     # are not this run's doing, so the check is off.
     shared = os.environ.get("HOOKDUMP_SHARED_CHECKOUT") == "1"
-    session.config.stash[_STATE] = None if shared else _checkout_state()
+    session.config.stash[_STATE] = None if shared else checkout_state()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # pytest -n N: N workers side by side, each with the CPU threads of the whole machine would fight
         # over the cores (and spin waiting for them); one thread each for the in-process tests. The
@@ -79,7 +64,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The suite leaves the checkout as it found it: a test that writes into it fails the run."""
-    before, after = session.config.stash.get(_STATE, None), _checkout_state()
+    before, after = session.config.stash.get(_STATE, None), checkout_state()
     if before is None or after is None:
         return
     new = sorted(set(after.splitlines()) - set(before.splitlines()))

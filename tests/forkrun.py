@@ -189,10 +189,11 @@ STREAM_FLAGS = (os.O_RDONLY, os.O_WRONLY | os.O_TRUNC, os.O_WRONLY | os.O_TRUNC)
 class Forked:
     """What ``subprocess.Popen([hookdump, *args], stdout=PIPE, stderr=PIPE, text=True)`` gives, for a run
     forked from the server: ``pid``, ``returncode``, ``poll``, ``wait``, ``communicate`` (the streams are
-    files, read once it ended), ``send_signal``, ``terminate``, ``kill``."""
+    files, read, and removed, once it ended), ``send_signal``, ``terminate``, ``kill``."""
 
     def __init__(self, server: _Server, job: dict[str, Any], input: str | None) -> None:
         self.args, self.returncode = [EXE, *job["args"]], None
+        self._streams: list[str] = []  # stdout and stderr, once it ended
         self._folder = tempfile.mkdtemp(prefix="hd-run-")
         self._paths = [os.path.join(self._folder, name) for name in ("stdin", "stdout", "stderr")]
         Path(self._paths[0]).write_text(input or "")
@@ -215,6 +216,8 @@ class Forked:
             if line is not None:
                 self.returncode = int(json.loads(line)["code"])
                 self._conn.close()
+                self._streams = [Path(path).read_text(errors="replace") for path in self._paths[1:]]
+                shutil.rmtree(self._folder, ignore_errors=True)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -225,8 +228,7 @@ class Forked:
 
     def communicate(self, input: str | None = None, timeout: float | None = None) -> tuple[str, str]:
         self.wait(timeout)
-        out, err = (Path(path).read_text(errors="replace") for path in self._paths[1:])
-        shutil.rmtree(self._folder, ignore_errors=True)
+        out, err = self._streams
         return out, err
 
     def send_signal(self, sig: int) -> None:
