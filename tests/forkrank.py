@@ -8,12 +8,11 @@ script then ends as the run ended (its exit code, or the signal that killed it).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import sys
 
-from forkrun import ADDRESS_VAR, submit
+from forkrun import ADDRESS_VAR, Job
 
 
 def _pass_on(pid: int, sig: int) -> None:
@@ -26,12 +25,12 @@ def main() -> None:
     job = {"args": sys.argv[1:], "env": env, "cwd": os.getcwd(), "session": True}
     passed_on = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
     signal.pthread_sigmask(signal.SIG_BLOCK, passed_on)  # held until the run's pid is known
-    conn, pid = submit(os.environ[ADDRESS_VAR], job, [0, 1, 2])
+    run = Job(os.environ[ADDRESS_VAR], job, [0, 1, 2])
     for sig in passed_on:
-        signal.signal(sig, lambda sig, _: _pass_on(pid, sig))
+        signal.signal(sig, lambda sig, _: _pass_on(run.pid, sig))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, passed_on)
-    with conn.makefile("rb") as replies:
-        code = int(json.loads(replies.readline())["code"])
+    code = run.code(None)
+    assert code is not None
     if code < 0:  # killed by a signal: so is this rank
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)

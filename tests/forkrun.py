@@ -70,7 +70,7 @@ listener.listen(64)
 running = {}  # pid: the connection its job came on
 
 
-def child(job, fds, conn):
+def child(job, fds, conn, started):
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -80,6 +80,7 @@ def child(job, fds, conn):
             os.close(fd)
         if job["session"]:
             os.setsid()
+        os.close(started)  # the server answers with the pid once the session is there
         os.chdir(job["cwd"])
         os.environ.clear()
         os.environ.update(job["env"])
@@ -122,9 +123,14 @@ while True:
     if listener in readable:
         conn, _ = listener.accept()
         job, fds = job_of(conn)
+        waiting, started = os.pipe()
         pid = os.fork()
         if pid == 0:
-            child(job, fds, conn)
+            os.close(waiting)
+            child(job, fds, conn, started)
+        os.close(started)
+        os.read(waiting, 1)  # end of file: the child is in its own session (or ended)
+        os.close(waiting)
         for fd in fds:
             os.close(fd)
         running[pid] = conn
@@ -158,28 +164,40 @@ class _Server:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def submit(address: str, job: dict[str, Any], fds: list[int]) -> tuple[socket.socket, int]:
-    """``job`` (``args``, ``env``, ``cwd``, ``session``) sent to the server at ``address`` with the child's
-    standard streams ``fds``: the connection its exit code will come on, and the child's pid."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect(address)
-    socket.send_fds(conn, [(json.dumps(job) + "\n").encode()], fds)
-    return conn, int(json.loads(_line(conn, 60) or "{}")["pid"])
+class Job:
+    """A run the server forked (``job``: ``args``, ``env``, ``cwd``, ``session``; ``fds``: its standard
+    streams): its ``pid``, and the connection its exit code comes on."""
 
+    def __init__(self, address: str, job: dict[str, Any], fds: list[int]) -> None:
+        self._conn, self._buffer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), b""
+        self._conn.connect(address)
+        socket.send_fds(self._conn, [(json.dumps(job) + "\n").encode()], fds)
+        forked = self._reply(60)
+        if forked is None:
+            raise RuntimeError("the fork server did not fork")
+        self.pid = int(forked["pid"])
 
-def _line(conn: socket.socket, timeout: float | None) -> bytes | None:
-    """The server's next line on ``conn``, or None if none came in ``timeout`` seconds."""
-    data = b""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while not data.endswith(b"\n"):
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not select.select([conn], [], [], left)[0]:
-            return None  # nothing read yet: the server writes each line whole, in one call
-        chunk = conn.recv(4096)
-        if not chunk:
-            raise RuntimeError("the fork server ended")
-        data += chunk
-    return data
+    def _reply(self, timeout: float | None) -> dict[str, int] | None:
+        """The server's next line, or None if none came in ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self._conn], [], [], left)[0]:
+                return None
+            chunk = self._conn.recv(4096)
+            if not chunk:
+                raise RuntimeError("the fork server ended")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return dict(json.loads(line))
+
+    def code(self, timeout: float | None) -> int | None:
+        """The exit code (negative: the signal that ended it), or None if it runs on after ``timeout``."""
+        ended = self._reply(timeout)
+        if ended is None:
+            return None
+        self._conn.close()
+        return int(ended["code"])
 
 
 #: How a forked run's standard streams (files) are opened: stdin to read, stdout and stderr to write.
@@ -202,7 +220,8 @@ class Forked:
             for path, flags in zip(self._paths, STREAM_FLAGS, strict=True)
         ]
         try:
-            self._conn, self.pid = submit(server.address, job, fds)
+            self._job = Job(server.address, job, fds)
+            self.pid = self._job.pid
         finally:
             for fd in fds:
                 os.close(fd)
@@ -212,10 +231,8 @@ class Forked:
 
     def _wait(self, timeout: float | None) -> int | None:
         if self.returncode is None:
-            line = _line(self._conn, timeout)
-            if line is not None:
-                self.returncode = int(json.loads(line)["code"])
-                self._conn.close()
+            self.returncode = self._job.code(timeout)
+            if self.returncode is not None:
                 self._streams = [Path(path).read_text(errors="replace") for path in self._paths[1:]]
                 shutil.rmtree(self._folder, ignore_errors=True)
         return self.returncode
