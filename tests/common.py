@@ -30,8 +30,12 @@ README = CHECKOUT / "README.md"
 WAIT_S = 600.0
 
 
-def checkout_state() -> str | None:
-    """Every file git lists in the checkout, ignored ones included (caches aside); None outside git."""
+def checkout_files() -> set[str] | None:
+    """Every file git lists in the checkout, untracked and ignored ones included (caches aside), as
+    ``git status --porcelain`` lines; None outside git, and with ``HOOKDUMP_SHARED_CHECKOUT=1`` (others are
+    editing this checkout at the same time: their new files are not this run's doing)."""
+    if os.environ.get("HOOKDUMP_SHARED_CHECKOUT") == "1":
+        return None
     try:
         proc = subprocess.run(
             ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"],
@@ -42,7 +46,16 @@ def checkout_state() -> str | None:
     if proc.returncode != 0:
         return None
     skip = (".venv/", "__pycache__", ".egg-info", "_cache/")
-    return "\n".join(line for line in proc.stdout.splitlines() if not any(s in line for s in skip))
+    return {line for line in proc.stdout.splitlines() if not any(s in line for s in skip)}
+
+
+def written_into_checkout(before: set[str] | None) -> list[str]:
+    """The files in the checkout now that were not there at ``before`` (:func:`checkout_files`); none where
+    either is not known."""
+    after = checkout_files()
+    if before is None or after is None:
+        return []
+    return sorted(line[3:] for line in after - before if line.startswith(("??", "!!")))
 
 
 def free_port() -> int:

@@ -19,7 +19,7 @@ pytest.register_assert_rewrite(
     "cli_errors", "common", "dataset_inputs", "helpers", "read_back", "s3server", "slow_runs"
 )
 
-from common import CHECKOUT, PLUGINS, SKIMAGE_DATA, Cli, checkout_state  # noqa: E402
+from common import CHECKOUT, PLUGINS, SKIMAGE_DATA, Cli, checkout_files, written_into_checkout  # noqa: E402
 
 LITE0_SCRIPT = CHECKOUT / "scripts" / "lite0_checkpoint.py"
 
@@ -49,10 +49,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # would inherit that (their Ctrl-C tests could not stop them): a handler is reset to the default at exec.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    # HOOKDUMP_SHARED_CHECKOUT=1: others are editing this checkout at the same time; their new files
-    # are not this run's doing, so the check is off.
-    shared = os.environ.get("HOOKDUMP_SHARED_CHECKOUT") == "1"
-    session.config.stash[_STATE] = None if shared else checkout_state()
+    session.config.stash[_STATE] = checkout_files()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # pytest -n N: N workers side by side, each with the CPU threads of the whole machine would fight
         # over the cores (and spin waiting for them); one thread each for the in-process tests. The
@@ -64,17 +61,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The suite leaves the checkout as it found it: a test that writes into it fails the run."""
-    before, after = session.config.stash.get(_STATE, None), checkout_state()
-    if before is None or after is None:
-        return
-    new = sorted(set(after.splitlines()) - set(before.splitlines()))
-    written = [line[3:] for line in new if line.startswith(("??", "!!"))]  # files that were not there
+    written = written_into_checkout(session.config.stash.get(_STATE, None))
     if written:
         print(f"\nerror: the tests wrote into the checkout: {', '.join(written)}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-_STATE = pytest.StashKey[str | None]()
+_STATE = pytest.StashKey[set[str] | None]()
 
 
 @pytest.fixture(scope="session")

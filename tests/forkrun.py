@@ -209,8 +209,12 @@ class Forked:
     forked from the server: ``pid``, ``returncode``, ``poll``, ``wait``, ``communicate`` (the streams are
     files, read, and removed, once it ended), ``send_signal``, ``terminate``, ``kill``."""
 
-    def __init__(self, server: _Server, job: dict[str, Any], input: str | None) -> None:
-        self.args, self.returncode = [EXE, *job["args"]], None
+    def __init__(
+        self, server: _Server, argv: list[str], env: dict[str, str], cwd: Path | str | None, *,
+        session: bool, input: str | None = None,
+    ) -> None:  # fmt: skip
+        job = {"args": argv, "env": env, "cwd": str(cwd or os.getcwd()), "session": session}
+        self.args, self.returncode = [EXE, *argv], None
         self._streams: list[str] = []  # stdout and stderr, once it ended
         self._folder = tempfile.mkdtemp(prefix="hd-run-")
         self._paths = [os.path.join(self._folder, name) for name in ("stdin", "stdout", "stderr")]
@@ -245,8 +249,7 @@ class Forked:
 
     def communicate(self, input: str | None = None, timeout: float | None = None) -> tuple[str, str]:
         self.wait(timeout)
-        out, err = self._streams
-        return out, err
+        return self._streams[0], self._streams[1]
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
@@ -259,7 +262,9 @@ class Forked:
         self.send_signal(signal.SIGKILL)
 
 
-_server: list[_Server] = []
+#: What :func:`start` gives: a forked run, or the fresh interpreter's Popen (their calls are the same).
+Started = Forked | subprocess.Popen[str]
+_server: list[_Server | None] = []  # None: it could not start (tried once)
 
 
 def _differs_at_start(env: dict[str, str], server: dict[str, str]) -> bool:
@@ -272,33 +277,36 @@ def _server_for(env: dict[str, str]) -> _Server | None:
     if not _server:
         try:
             _server.append(_Server())
-            atexit.register(_server[0].close)
         except (OSError, RuntimeError):
-            return None
-    return None if _differs_at_start(env, _server[0].env) else _server[0]
+            _server.append(None)
+        else:
+            atexit.register(_server[0].close)
+    server = _server[0]
+    return None if server is None or _differs_at_start(env, server.env) else server
 
 
-def _fork(server: _Server, argv: list[str], env: dict[str, str], cwd: Path | str | None, input: str | None,
-          session: bool) -> Forked:  # fmt: skip
-    job = {"args": argv, "env": env, "cwd": str(cwd or os.getcwd()), "session": session}
-    return Forked(server, job, input)
+def _prepared(
+    args: list[Any] | tuple[Any, ...], env: dict[str, str] | None
+) -> tuple[list[str], dict[str, str]]:
+    """The run's argv (strings) and its whole environment (this one's unless given)."""
+    assert EXE is not None
+    return [str(a) for a in args], dict(os.environ if env is None else env)
 
 
 def start(
     args: list[Any] | tuple[Any, ...], *, env: dict[str, str] | None = None, cwd: Path | str | None = None
-) -> Forked | subprocess.Popen[str]:
+) -> Started:
     """``subprocess.Popen([hookdump, *args], stdout=PIPE, stderr=PIPE, text=True, start_new_session=True)``,
     forked from the server: its decoding workers share its process group, so ``os.killpg(proc.pid, sig)``
     reaches them as a terminal's Ctrl-C or a scheduler's SIGTERM does."""
-    assert EXE is not None
-    argv, env = [str(a) for a in args], dict(os.environ if env is None else env)
+    argv, env = _prepared(args, env)
     server = _server_for(env)
     if server is None:
         return subprocess.Popen(
             [EXE, *argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=env, cwd=cwd, start_new_session=True,
         )  # fmt: skip
-    return _fork(server, argv, env, cwd, None, session=True)
+    return Forked(server, argv, env, cwd, session=True)
 
 
 def run(
@@ -310,14 +318,13 @@ def run(
     input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run([hookdump, *args], capture_output=True, text=True, ...)``, forked from the server."""
-    assert EXE is not None
-    argv, env = [str(a) for a in args], dict(os.environ if env is None else env)
+    argv, env = _prepared(args, env)
     server = _server_for(env)
     if server is None:
         return subprocess.run(
             [EXE, *argv], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout, input=input
         )
-    proc = _fork(server, argv, env, cwd, input, session=False)
+    proc = Forked(server, argv, env, cwd, session=False, input=input)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

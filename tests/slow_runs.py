@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -38,15 +37,13 @@ def mixed_photos(folder: Path, n: int) -> Path:
     return folder
 
 
-def start_run(args: list[str], **env: str) -> forkrun.Forked | subprocess.Popen[str]:
+def start_run(args: list[str], **env: str) -> forkrun.Started:
     """The console script's entry point started on ARGS (forked: :mod:`forkrun`), in a session of its own,
     its output kept, sleeping 0.5 s a batch unless ``env`` says."""
     return forkrun.start(args, env={**os.environ, "HOOKDUMP_TEST_SLEEP": "0.5", **env})
 
 
-def wait_for(
-    pattern: str, folder: Path, proc: forkrun.Forked | subprocess.Popen[str], timeout: float = WAIT_S
-) -> Path:
+def wait_for(pattern: str, folder: Path, proc: forkrun.Started, timeout: float = WAIT_S) -> Path:
     """The first file of ``folder`` that matches ``pattern``, once there; fails if ``proc`` ends first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

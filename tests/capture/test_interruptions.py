@@ -26,14 +26,12 @@ def _run(*args: object, env: dict[str, str] | None = None) -> subprocess.Complet
     return forkrun.run(args, env={**os.environ, "HOOKDUMP_TEST_SLEEP": "0.2", **(env or {})})
 
 
-def _start(*args: object) -> forkrun.Forked | subprocess.Popen[str]:
+def _start(*args: object) -> forkrun.Started:
     """The console script in a process group of its own, as a terminal, Slurm or systemd starts it."""
     return forkrun.start(args, env={**os.environ, "HOOKDUMP_TEST_SLEEP": "0.2"})
 
 
-def _wait_until(
-    done, what: str, proc: forkrun.Forked | subprocess.Popen[str] | None = None, seconds: float = DEADLINE
-) -> None:
+def _wait_until(done, what: str, proc: forkrun.Started | None = None, seconds: float = DEADLINE) -> None:
     deadline = time.monotonic() + seconds
     while not done():
         if proc is not None and proc.poll() is not None:

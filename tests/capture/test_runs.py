@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import timm
 import torch
-from common import CHECKOUT, checkout_state
+from common import CHECKOUT, checkout_files, written_into_checkout
 from safetensors.torch import save_file
 from slow_runs import PLUGIN, SLOW_BY_1, coffee_photos, start_run, wait_for
 
@@ -273,19 +273,18 @@ def test_the_manifest_says_how_to_make_the_same_files_again(cli, tmp_path: Path,
 
 def test_the_demo_leaves_nothing_behind_so_it_runs_again(tmp_path: Path) -> None:
     """scripts/demo.sh writes only to a new temporary folder, never into the checkout, so a second run finds
-    what the first found (the checkout's files as git lists them, before and after; HOOKDUMP_SHARED_CHECKOUT=1
-    leaves that out, as the suite's own check does); it shows the ModuleList refusal and the right layer."""
+    what the first found (no file in the checkout that was not there before, as the suite's own check has
+    it); it shows the ModuleList refusal and the right layer."""
     script = CHECKOUT / "scripts" / "demo.sh"
     if not (script.parent.parent / ".venv" / "bin" / "hookdump").exists():
         pytest.skip("the demo runs from the checkout's .venv")
-    shared = os.environ.get("HOOKDUMP_SHARED_CHECKOUT") == "1"
-    before = None if shared else checkout_state()
+    before = checkout_files()
     proc = subprocess.run(
         ["bash", str(script)], capture_output=True, text=True, env={**os.environ, "TMPDIR": str(tmp_path)},
         timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert before == (None if shared else checkout_state())
+    assert written_into_checkout(before) == []
     (made,) = tmp_path.iterdir()  # the one folder the demo made for its output
     assert made.name.startswith("hookdump-demo.") and (made / "out" / "manifest.json").is_file()
     assert "is a ModuleList: containers are never called" in proc.stderr
