@@ -38,10 +38,12 @@ class Copies:
         self.save_dtype = save_dtype
         self.landing = landing or Landing(torch.device("cpu"))
         self.made_as: dict[Key, torch.dtype] = {}
-        # Set (``run.py``, on the CPU, without grad or compile, once a batch's copies outweigh the writer's
-        # queue): each copy handed to the writer at hook time, so the writer frees it while the pass goes
-        # on, and nothing is kept by reference (``settle`` then never runs a batch again).
+        # Each copy handed to the writer at hook time, so the writer frees it while the pass goes on, and
+        # nothing kept by reference (``settle`` then never runs a batch again): from the copy that takes a
+        # pass's copies past the bytes ``offer`` names (``run.py``: the CPU, no grad, no compile).
         self.hand: Callable[[Key, torch.Tensor], None] | None = None
+        self._offered: tuple[Callable[[Key, torch.Tensor], None], int] | None = None
+        self._pass_bytes = 0  # what this pass's copies hold, until ``hand`` is set
         self.reduce = reduce
         self.channels_last = channels_last
         self.tokens = tokens  # (patch, prefix) tokens: a mean / max leaves the prefix out
@@ -58,9 +60,16 @@ class Copies:
         self._deferred: list[tuple[Key, torch.Tensor, int]] = []  # kept by reference until the pass ends
         self._eager: set[Key] = set()  # copied at hook time, always: changed in place in some pass
 
+    def offer(self, hand: Callable[[Key, torch.Tensor], None], after: int) -> None:
+        """Hand each copy to ``hand`` at hook time once a pass's copies outweigh ``after`` bytes (the writer's
+        queue bound): from that copy on, in the first such pass (the first batch too), and in every later
+        one."""
+        self._offered = (hand, after)
+
     def begin(self) -> None:
         """Before each pass: what it finds starts empty."""
         self._prefix_now, self._other_now = {}, {}
+        self._pass_bytes = 0
         self._live.clear()
         self._deferred.clear()
 
@@ -97,6 +106,10 @@ class Copies:
         else:
             self.made_as[key] = pooled.dtype
             dtype = kept_dtype(pooled.dtype, self.save_dtype)
+            if self.hand is None and self._offered is not None and not self._deferred:  # (none can be lost)
+                self._pass_bytes += pooled.numel() * dtype.itemsize
+                if self._pass_bytes > self._offered[1]:
+                    self.hand = self._offered[0]
             if self.hand is not None:  # final at hook time: to the writer now, not when the pass ends
                 copy = self.landing.copy(pooled, dtype, again=False)
                 add("copy", start)

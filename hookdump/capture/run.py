@@ -114,9 +114,8 @@ def run(
             profile.add("writer wait", start)
 
         # Each copy to the writer at hook time once a batch's outweigh the queue (0: batches written whole)
-        may_hand = (
-            torch_device.type == "cpu" and not opts.grad and compiled is None and bool(behind.max_bytes)
-        )
+        if torch_device.type == "cpu" and not opts.grad and compiled is None and behind.max_bytes:
+            recorder.copies.offer(hand, behind.max_bytes)
 
         def sink(tensors: dict[Key, torch.Tensor], batch: loader.Batch, classes: list[int]) -> None:
             watch.check(tensors)
@@ -128,8 +127,6 @@ def run(
             batch_end = (progress, classes, state.images, batch.records)
             behind.put((tensors, landed, batch_end), nbytes)
             profile.add("writer wait", start)
-            if may_hand and behind.max_bytes is not None and nbytes > behind.max_bytes:
-                recorder.copies.hand = hand
 
         def stopped(exc: KeyboardInterrupt) -> Interrupted:
             """Keep what reached the disk (its last checkpoint), say so in the folder and to the user."""

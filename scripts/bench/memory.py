@@ -20,9 +20,13 @@ removed at the end. ``--quick``: 8 images, one round.
     .venv/bin/python scripts/bench/memory.py [--images 192] [--rounds 3] [--compare-rounds N]
         [--formats] [--format-images 512,1024,2048,4096,8192] [--resnet 512,2048] [--settings]
         [--speed 256] [--queue 128 --queue-rows resnet50,twins --queue-bounds default,0,1000000]
+        [--against DIR]
 
 ``--queue N``: issue 46's table (``queue``): resnet50 ``layer1``..``layer4`` and twins_svt_large's 28 layers
 over N photos, hookdump under each ``--queue-bounds`` against the same-settings bare forward.
+
+``--against DIR``: that table's hookdump cases run by another checkout too, as the rows before a change
+(``git worktree add /tmp/before HEAD``, then ``--against /tmp/before``).
 
 ``--compare-rounds 0`` skips the first table (``--formats --compare-rounds 0``: the formats table only).
 """
@@ -72,9 +76,14 @@ for n, parts in kept.items():
 """
 
 
-def measure(cmd: list[object], out: Path, setting: str = "hookdump") -> harness.Run:
-    """One fresh process under a malloc ``setting`` (none of the caller's own malloc variables)."""
+def measure(
+    cmd: list[object], out: Path, setting: str = "hookdump", against: str | None = None
+) -> harness.Run:
+    """One fresh process under a malloc ``setting`` (none of the caller's own malloc variables); ``against``:
+    ``hookdump`` from that checkout (``python -m hookdump``, the folder first on ``PYTHONPATH``)."""
     env: dict[str, str | None] = {**dict.fromkeys(MALLOC_VARIABLES), **SETTINGS[setting]}
+    if against is not None:
+        cmd, env["PYTHONPATH"] = [sys.executable, "-m", "hookdump", *cmd[1:]], against
     return harness.process(cmd, env, out=out)
 
 
@@ -145,11 +154,14 @@ QUEUE_ROWS = {  # the issue 46 rows: a model and its layers (for hookdump's -l a
 UNBOUNDED = "1000000"  # MB: no bound in bytes, the queue's depth alone (as before issue 46)
 
 
-def queue(work: Path, count: int, rows: list[str], bounds: list[str], rounds: int) -> None:
+def queue(
+    work: Path, count: int, rows: list[str], bounds: list[str], rounds: int, against: str | None = None
+) -> None:
     """Issue 46's table, a row a model: peak RSS and wall time of hookdump under each ``--max-queue-mb``
     (``default``: 1/256 of the available memory) against the bare forward with hookdump's own process
     settings (``loops.py`` ``bare+``: decode, forward, malloc_trim after each batch; no hooks, nothing
-    saved), batch 32, fresh processes in turn; medians."""
+    saved), batch 32, fresh processes in turn; medians. ``against``: each bound run by that checkout's
+    hookdump too (``git worktree add DIR COMMIT``), as the row before a change."""
     images = photos(work / f"images-{count}", count)
     columns = [RSS_RATIO, harness.Column("x cpu", "cpu", ratio=True)]
     for row in rows:
@@ -161,6 +173,8 @@ def queue(work: Path, count: int, rows: list[str], bounds: list[str], rounds: in
             name = "hookdump, no byte bound" if bound == UNBOUNDED else f"hookdump --max-queue-mb {bound}"
             cmd = capture(model, layers, images, work / "out", "--batch-size", 32, "--overwrite", *extra)
             cases[name] = lambda cmd=cmd: measure(cmd, work / "out")
+            if against is not None:
+                cases[f"{name}, at {against}"] = lambda cmd=cmd: measure(cmd, work / "out", against=against)
         results = harness.rounds(cases, rounds, alternate=True)
         title = (
             f"{model} -l {','.join(layers)}, {count} photos, batch 32 (issue 46: RSS <= 1.10x, wall <= 1.05x)"
@@ -184,6 +198,7 @@ def main() -> None:
     options.add_argument("--queue", type=int, default=0, help="photos of the writer-queue table (0: skip it)")
     options.add_argument("--queue-rows", default="resnet50,twins", help="its rows: resnet50, twins")
     options.add_argument("--queue-bounds", default=f"default,0,{UNBOUNDED}", help="its --max-queue-mb values")
+    options.add_argument("--against", help="its hookdump from this checkout too (a git worktree of a commit)")
     args: argparse.Namespace = harness.parse(options, quick={"images": 8, "rounds": 1})
     counts = [int(n) for n in args.format_images.split(",")]
     rows = [(fmt, 16, counts) for fmt in FORMATS] if args.formats else []
@@ -197,7 +212,8 @@ def main() -> None:
         if args.speed:
             speed(work, args.speed, args.rounds)
         if args.queue:
-            queue(work, args.queue, args.queue_rows.split(","), args.queue_bounds.split(","), args.rounds)
+            bounds = args.queue_bounds.split(",")
+            queue(work, args.queue, args.queue_rows.split(","), bounds, args.rounds, args.against)
 
 
 if __name__ == "__main__":

@@ -158,8 +158,9 @@ def test_bf16_waits_in_the_queue_as_bf16_and_is_widened_by_the_writer(cli, tmp_p
 
 
 def test_copies_handed_to_the_writer_at_hook_time_are_what_the_hook_saw(cli, tmp_path: Path) -> None:
-    """A batch of copies (3.2 MB of bn1 and 0.8 MB of layer1 an image) outweighs --max-queue-mb 0.5: after
-    the first batch each copy goes to the writer from its hook. bn1 is changed in place by act1 after it."""
+    """bn1's copy (3.2 MB an image) outweighs --max-queue-mb 0.5: from the first batch on, each copy goes to
+    the writer from its hook, so the writer never holds more than one. bn1 is changed in place by act1
+    after its hook."""
     photos = mixed_photos(tmp_path / "photos", 4)
     out = tmp_path / "out"
     args = ["capture", photos, "-m", "resnet18", "-l", "bn1", "-l", "layer1", "--batch-size", "1"]
@@ -167,7 +168,7 @@ def test_copies_handed_to_the_writer_at_hook_time_are_what_the_hook_saw(cli, tmp
     assert result.exit_code == 0, result.stderr
     queue = json.loads((out / "manifest.json").read_text())["writer_queue"]
     assert queue["handed_at_hook"] is True
-    assert queue["peak_bytes"] == 4 * (64 * 112 * 112 + 64 * 56 * 56)  # the first batch, put whole
+    assert queue["peak_bytes"] == 4 * 64 * 112 * 112  # bn1 of one image: not the first batch whole
     for row, photo in enumerate(sorted(photos.iterdir())):
         for layer, expected in hooked("resnet18", ["bn1", "layer1"], photo).items():
             np.testing.assert_allclose(np.load(out / f"{layer}.npy")[row], expected[0], rtol=1e-5, atol=1e-5)

@@ -79,7 +79,9 @@ def test_an_error_in_the_writer_wakes_a_waiting_put() -> None:
     behind.close(errors=False)
 
 
-@pytest.mark.parametrize("bound", ["0", "0.1", None], ids=["zero", "a tenth of a MB", "default"])
+@pytest.mark.parametrize(
+    "bound", ["0", "0.1", "2", None], ids=["zero", "a tenth of a MB", "between the layers", "default"]
+)
 def test_a_capture_under_any_bound_saves_what_a_hand_written_hook_sees(
     cli, tmp_path: Path, bound: str | None
 ) -> None:
@@ -99,9 +101,12 @@ def test_a_capture_under_any_bound_saves_what_a_hand_written_hook_sees(
         assert batch <= queue["peak_bytes"] <= 2 * batch  # a batch in work and one waiting, at most
     else:
         assert queue["max_bytes"] == int(float(bound) * 2**20)
-        assert queue["peak_bytes"] == batch  # the first batch, on disk before the next one is put
-    # a batch of copies outweighs a bound of a tenth of a MB: after the first, each goes at hook time
-    assert queue["handed_at_hook"] == (bound == "0.1")
+    if bound in ("0", "2"):  # "2": layer1's 1.6 MB are within it, with layer2's 0.8 MB not, so in the first
+        # batch layer2 goes from its hook and layer1 at the pass's end, while layer2 waits (then each alone)
+        assert queue["peak_bytes"] == batch  # "0": the first batch, on disk before the next one is put
+    if bound == "0.1":  # layer1's first copy outweighs it: from there on each goes at hook time, alone
+        assert queue["peak_bytes"] == 2 * 4 * 64 * 56 * 56
+    assert queue["handed_at_hook"] == (bound in ("0.1", "2"))
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "lots"])
