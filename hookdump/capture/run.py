@@ -113,7 +113,7 @@ def run(
             behind.put(({key: tensor}, landed, None), tensor.nbytes)
             profile.add("writer wait", start)
 
-        # Each copy to the writer at hook time once a batch's outweigh the queue (0: batches written whole)
+        # Each copy to the writer at hook time once a pass's outweigh the queue (0: batches written whole)
         if torch_device.type == "cpu" and not opts.grad and compiled is None and behind.max_bytes:
             recorder.copies.offer(hand, behind.max_bytes)
 
