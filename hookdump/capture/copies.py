@@ -106,7 +106,8 @@ class Copies:
         else:
             self.made_as[key] = pooled.dtype
             dtype = kept_dtype(pooled.dtype, self.save_dtype)
-            if self.hand is None and self._offered is not None and not self._deferred:  # (none can be lost)
+            if self.hand is None and self._offered is not None and not self._deferred:  # (after a reference,
+                # a pass that ``settle`` runs again would have sent part of its copies already)
                 self._pass_bytes += pooled.numel() * dtype.itemsize
                 if self._pass_bytes > self._offered[1]:
                     self.hand = self._offered[0]

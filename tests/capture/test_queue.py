@@ -10,9 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from helpers import hooked
 from slow_runs import mixed_photos
 
+from hookdump.capture import copies
 from hookdump.capture.behind import QUEUE_SHARE, Behind
 from hookdump.units import available_memory
 
@@ -77,6 +79,39 @@ def test_an_error_in_the_writer_wakes_a_waiting_put() -> None:
     with pytest.raises(OSError, match="No space left"):
         behind.put(0, 10)
     behind.close(errors=False)
+
+
+def test_copies_go_from_their_hooks_from_the_one_past_the_bound_but_never_after_a_reference() -> None:
+    """``Copies.offer``: in a pass, the copies within the bound wait for its end, the one that takes it past
+    the bound and every later one go to ``hand`` at once (the first pass too). A pass that kept a tensor by
+    reference before reaching the bound hands nothing: ``settle`` may run it again."""
+    if copies._SHARERS is None:
+        pytest.skip("this torch has no storage use count: nothing is kept by reference")
+    handed: list[tuple[str, ...]] = []
+    kept = copies.Copies(grad=False, reduce="none", channels_last=set(), tokens=None)
+    kept.offer(lambda key, tensor: handed.append(key), after=6 * 4)  # six float32 values
+    a, b, c = (("a", "output", 0, 0), ("b", "output", 0, 0), ("c", "output", 0, 0))
+    kept.begin()
+    for key, size in ((a, 4), (b, 1), (c, 1)):  # 4 + 1 + 1 values: within the bound, all wait
+        kept.keep(key, torch.ones(size))
+    kept.end()
+    assert (handed, list(kept.drain())) == ([], [a, b, c]) and kept.hand is None
+    kept.begin()  # a seen again, kept by reference; b now takes the pass past the bound: still not handed
+    for key, size in ((a, 4), (b, 4), (c, 1)):
+        kept.keep(key, torch.ones(size))
+    kept.end()
+    assert kept.settle()
+    assert (handed, list(kept.drain())) == ([], [a, b, c]) and kept.hand is None
+    fresh = copies.Copies(grad=False, reduce="none", channels_last=set(), tokens=None)
+    fresh.offer(lambda key, tensor: handed.append(key), after=6 * 4)
+    for _ in range(2):  # the first pass: a waits, b is past the bound, so b and c go; the next: all go
+        fresh.begin()
+        for key, size in ((a, 4), (b, 4), (c, 1)):
+            fresh.keep(key, torch.ones(size))
+        fresh.end()
+        assert fresh.settle()
+        assert list(fresh.drain()) == ([a] if len(handed) == 2 else [])
+    assert handed == [b, c, a, b, c] and fresh.hand is not None
 
 
 @pytest.mark.parametrize(
