@@ -20,13 +20,15 @@ removed at the end. ``--quick``: 8 images, one round.
     .venv/bin/python scripts/bench/memory.py [--images 192] [--rounds 3] [--compare-rounds N]
         [--formats] [--format-images 512,1024,2048,4096,8192] [--resnet 512,2048] [--settings]
         [--speed 256] [--queue 128 --queue-rows resnet50,twins --queue-bounds default,0,1000000]
-        [--against DIR]
+        [--against DIR] [--queue-hand]
 
 ``--queue N``: issue 46's table (``queue``): resnet50 ``layer1``..``layer4`` and twins_svt_large's 28 layers
 over N photos, hookdump under each ``--queue-bounds`` against the same-settings bare forward.
 
 ``--against DIR``: that table's hookdump cases run by another checkout too, as the rows before a change
-(``git worktree add /tmp/before HEAD``, then ``--against /tmp/before``).
+(``git worktree add /tmp/before HEAD``, then ``--against /tmp/before``). ``--queue-hand``: a row of
+hand-written hooks too (clones, each batch appended to ``.npy`` files after its forward, hookdump's process
+settings): what writing the same layers costs without hookdump.
 
 ``--compare-rounds 0`` skips the first table (``--formats --compare-rounds 0``: the formats table only).
 """
@@ -155,19 +157,31 @@ UNBOUNDED = "1000000"  # MB: no bound in bytes, the queue's depth alone (as befo
 
 
 def queue(
-    work: Path, count: int, rows: list[str], bounds: list[str], rounds: int, against: str | None = None
+    work: Path,
+    count: int,
+    rows: list[str],
+    bounds: list[str],
+    rounds: int,
+    against: str | None = None,
+    hand: bool = False,
 ) -> None:
     """Issue 46's table, a row a model: peak RSS and wall time of hookdump under each ``--max-queue-mb``
     (``default``: 1/256 of the available memory) against the bare forward with hookdump's own process
     settings (``loops.py`` ``bare+``: decode, forward, malloc_trim after each batch; no hooks, nothing
     saved), batch 32, fresh processes in turn; medians. ``against``: each bound run by that checkout's
-    hookdump too (``git worktree add DIR COMMIT``), as the row before a change."""
+    hookdump too (``git worktree add DIR COMMIT``), as the row before a change; ``hand``: a row of
+    hand-written hooks writing the same layers (``loops.py`` ``hand+``), what the same work costs without
+    hookdump."""
     images = photos(work / f"images-{count}", count)
     columns = [RSS_RATIO, harness.Column("x cpu", "cpu", ratio=True)]
     for row in rows:
         model, layers = QUEUE_ROWS[row]
         cases = {"bare forward, hookdump's settings": lambda m=model: harness.process(
             harness.me(LOOPS, "bare+", m, images, work / "bare", 32))}  # fmt: skip
+        if hand:  # the peer: hooks that clone, each batch appended to .npy files after its forward
+            cases["hand-written hooks, hookdump's settings"] = lambda m=model, ls=layers: harness.process(
+                harness.me(LOOPS, "hand+", m, images, work / "hand", 32, *ls), out=work / "hand"
+            )
         for bound in bounds:
             extra = [] if bound == "default" else ["--max-queue-mb", bound]
             name = "hookdump, no byte bound" if bound == UNBOUNDED else f"hookdump --max-queue-mb {bound}"
@@ -198,6 +212,7 @@ def main() -> None:
     options.add_argument("--queue", type=int, default=0, help="photos of the writer-queue table (0: skip it)")
     options.add_argument("--queue-rows", default="resnet50,twins", help="its rows: resnet50, twins")
     options.add_argument("--queue-bounds", default=f"default,0,{UNBOUNDED}", help="its --max-queue-mb values")
+    options.add_argument("--queue-hand", action="store_true", help="its rows with hand-written hooks too")
     options.add_argument("--against", help="its hookdump from this checkout too (a git worktree of a commit)")
     args: argparse.Namespace = harness.parse(options, quick={"images": 8, "rounds": 1})
     counts = [int(n) for n in args.format_images.split(",")]
@@ -213,7 +228,8 @@ def main() -> None:
             speed(work, args.speed, args.rounds)
         if args.queue:
             bounds = args.queue_bounds.split(",")
-            queue(work, args.queue, args.queue_rows.split(","), bounds, args.rounds, args.against)
+            queue_rows = args.queue_rows.split(",")
+            queue(work, args.queue, queue_rows, bounds, args.rounds, args.against, args.queue_hand)
 
 
 if __name__ == "__main__":
