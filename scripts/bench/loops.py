@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -18,9 +17,12 @@ import harness
 TWINS, TWINS_LAYER = "twins_svt_large", "pos_block.3.proj.0"
 
 
-def glob(pattern: str) -> str:
-    """A layer pattern as hookdump's ``-l`` reads it (``*`` one part of a dotted name), as a regex."""
-    return re.escape(pattern).replace(r"\*", "[^.]*")
+def layer_names(modules: list[str], specs: list[str]) -> list[str]:
+    """The modules that ``-l`` specs name (paths, globs such as ``blocks.*.*``), as hookdump reads them."""
+    from hookdump.patterns import match
+
+    wanted = {name for spec in specs for name in (match(spec, modules) or [spec])}
+    return [name for name in modules if name in wanted]
 
 
 def worker(kind: str, args: list[str]) -> None:
@@ -77,7 +79,7 @@ def worker(kind: str, args: list[str]) -> None:
     modules = dict(model.named_modules())
     cls = kind == "hand-cls"
     if kind in ("hand", "hand-cls"):
-        names = [n for n in modules if any(re.fullmatch(glob(pattern), n) for pattern in names)]
+        names = layer_names(list(modules), names)
         for n in names:
             keep = (lambda o: o[:, 0].clone()) if cls else (lambda o: o.detach().clone())
             modules[n].register_forward_hook(lambda m, a, o, n=n, keep=keep: kept.__setitem__(n, keep(o)))

@@ -15,16 +15,16 @@ from __future__ import annotations
 import json
 import os
 import queue
-import re
 import statistics
 import threading
 import time
 from pathlib import Path
 
 import harness
+from loops import layer_names
+from memory import QUEUE_ROWS
 
 CASES = "i,n,nh,nhs,nhw,nhsw"
-LAYERS = r"pos_block\.[^.]*\.proj\.0|blocks\.[^.]*\.[^.]*"
 
 
 def case(v: str, folder: str, batches: int) -> None:
@@ -38,12 +38,13 @@ def case(v: str, folder: str, batches: int) -> None:
     from hookdump.store.formats.stats import Accumulator
 
     torch.manual_seed(0)
-    model = timm.create_model("twins_svt_large").eval()
+    name, layers = QUEUE_ROWS["twins"]
+    model = timm.create_model(name).eval()
     modules = dict(model.named_modules())
-    names = [n for n in modules if re.fullmatch(LAYERS, n)]
+    names = layer_names(list(modules), layers)
     todo: queue.Queue[torch.Tensor | None] = queue.Queue()
 
-    def work() -> None:
+    def work() -> None:  # (into the harness's temporary folder)
         with open(os.path.join(folder, "out.bin"), "wb") as f:
             while (t := todo.get()) is not None:
                 if "s" in v:
