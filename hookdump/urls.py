@@ -170,7 +170,7 @@ def call(url: str, work: Callable[[], T], role: str = "input", what: str = "reac
         except HookdumpError:
             raise
         except Exception as exc:  # the libraries behind fsspec raise many kinds
-            if isinstance(exc, TypeError) and "keyword argument" in str(exc):
+            if _options and isinstance(exc, TypeError) and "keyword argument" in str(exc):
                 raise _bad_options(url, exc) from exc  # s3fs passes its options on at the first call
             if not transient(exc) or attempt == attempts - 1:
                 raise refusal(url, exc, role, what, attempt + 1) from exc

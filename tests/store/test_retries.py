@@ -122,3 +122,18 @@ def test_an_option_s3_does_not_take_is_exit_2_naming_its_key_not_its_value(busy,
     paragraph(done.stderr, f"The storage options given for `{URL}` (bogus) are not all ones `s3://` takes")
     assert "secret-value" not in done.stderr + done.stdout
     assert busy.requests == []
+
+
+def test_a_keyword_error_without_storage_options_is_not_blamed_on_them() -> None:
+    """With no storage options given, a TypeError about a keyword argument is the storage's own failure
+    (an input that cannot be read, its text kept), not the paragraph about options the user never gave."""
+    from hookdump import urls
+
+    def work() -> None:
+        raise TypeError("open() got an unexpected keyword argument 'block_size'")
+
+    with urls.given({}), pytest.raises(hookdump.errors.InputError, match="block_size") as caught:
+        urls.call(URL, work)
+    assert "storage options" not in str(caught.value)
+    with urls.given({"anon": True}), pytest.raises(hookdump.errors.UsageError, match=r"\(anon\) are not all"):
+        urls.call(URL, work)
