@@ -3,11 +3,13 @@ hookdump's process settings, random input (no decoding), batches of 32; the tabl
 median of a run's batches' forward seconds (the first batch left out: one-off allocations), ``x forward``
 its ratio to the bare forward's, rounds interleaved, medians.
 
-    .venv/bin/python scripts/bench/threads.py [--rounds 3] [--batches 3] [--cases i,n,nh,nhs,nhw,nhsw]
+    .venv/bin/python scripts/bench/threads.py [--rounds 3] [--batches 3] [--cases i,nhw,nhd,nhsd]
 
 Cases (letters combined): ``i`` the bare forward under ``inference_mode``, ``n`` under ``no_grad``
 (hookdump's); ``h`` hooks on issue 46's 28 layers that clone; ``s`` a thread computing each clone's stats
-(``Accumulator``) as it comes; ``w`` a thread writing each clone through the page cache (``tofile``).
+(``Accumulator``) as it comes; ``w`` a thread writing each clone through the page cache (``tofile``), ``d``
+one writing them as hookdump's writer does (``AppendFile``: past the page cache, ``O_DIRECT``, where the
+file system allows it).
 ``--quick``: one round of ``i`` and ``nhsw``, 2 batches."""
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import harness
 from loops import layer_names
 from memory import QUEUE_ROWS
 
-CASES = "i,n,nh,nhs,nhw,nhsw"
+CASES = "i,n,nh,nhs,nhw,nhsw,nhd,nhsd"
 
 
 def case(v: str, folder: str, batches: int) -> None:
@@ -35,6 +37,7 @@ def case(v: str, folder: str, batches: int) -> None:
     import timm
     import torch
 
+    from hookdump.store.formats.appendfile import AppendFile
     from hookdump.store.formats.stats import Accumulator
 
     torch.manual_seed(0)
@@ -45,12 +48,16 @@ def case(v: str, folder: str, batches: int) -> None:
     todo: queue.Queue[torch.Tensor | None] = queue.Queue()
 
     def work() -> None:  # (into the harness's temporary folder)
-        with open(os.path.join(folder, "out.bin"), "wb") as f:
+        direct = AppendFile(Path(folder) / "direct.bin", create=True)
+        with open(os.path.join(folder, "out.bin"), "wb") as f, direct.closed_on_error():
             while (t := todo.get()) is not None:
                 if "s" in v:
                     Accumulator().update(t)
                 if "w" in v:
                     t.numpy().tofile(f)
+                if "d" in v:
+                    direct.append(memoryview(t.numpy()))
+        direct.close()
 
     thread = threading.Thread(target=work)
     thread.start()
@@ -58,7 +65,7 @@ def case(v: str, folder: str, batches: int) -> None:
 
     def hook(module: object, args: object, output: torch.Tensor) -> None:
         kept.append(output.detach().clone())
-        if "s" in v or "w" in v:
+        if "s" in v or "w" in v or "d" in v:
             todo.put(kept[-1])
 
     if "h" in v:
