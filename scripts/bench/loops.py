@@ -18,10 +18,17 @@ TWINS, TWINS_LAYER = "twins_svt_large", "pos_block.3.proj.0"
 
 
 def layer_names(modules: list[str], specs: list[str]) -> list[str]:
-    """The modules that ``-l`` specs name (paths, globs such as ``blocks.*.*``), as hookdump reads them."""
-    from hookdump.patterns import match
+    """The modules that ``-l`` specs name (paths, globs such as ``blocks.*.*``), as hookdump reads them; a
+    spec that names none stops the run (a hook on nothing would make the peer look free)."""
+    from hookdump.patterns import match, normalize
 
-    wanted = {name for spec in specs for name in (match(spec, modules) or [spec])}
+    wanted: set[str] = set()
+    for spec in specs:
+        found = match(spec, modules)
+        named = set(modules) & set([normalize(spec)] if found is None else found)
+        if not named:
+            raise SystemExit(f"loops.py: -l {spec} names no module of the model")
+        wanted |= named
     return [name for name in modules if name in wanted]
 
 

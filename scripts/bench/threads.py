@@ -14,6 +14,7 @@ file system allows it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -46,18 +47,21 @@ def case(v: str, folder: str, batches: int) -> None:
     modules = dict(model.named_modules())
     names = layer_names(list(modules), layers)
     todo: queue.Queue[torch.Tensor | None] = queue.Queue()
+    beside = any(letter in v for letter in "swd")  # a second thread takes the clones
 
     def work() -> None:  # (into the harness's temporary folder)
-        direct = AppendFile(Path(folder) / "direct.bin", create=True)
-        with open(os.path.join(folder, "out.bin"), "wb") as f, direct.closed_on_error():
+        here = Path(folder)
+        with (
+            open(here / "out.bin", "wb") as f,
+            contextlib.closing(AppendFile(here / "direct.bin", True)) as d,
+        ):
             while (t := todo.get()) is not None:
                 if "s" in v:
                     Accumulator().update(t)
                 if "w" in v:
                     t.numpy().tofile(f)
                 if "d" in v:
-                    direct.append(memoryview(t.numpy()))
-        direct.close()
+                    d.append(memoryview(t.numpy()))
 
     thread = threading.Thread(target=work)
     thread.start()
@@ -65,7 +69,7 @@ def case(v: str, folder: str, batches: int) -> None:
 
     def hook(module: object, args: object, output: torch.Tensor) -> None:
         kept.append(output.detach().clone())
-        if "s" in v or "w" in v or "d" in v:
+        if beside:
             todo.put(kept[-1])
 
     if "h" in v:

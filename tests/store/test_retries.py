@@ -15,7 +15,8 @@ import pytest
 from common import paragraph
 
 import hookdump
-from hookdump.errors import StorageError
+from hookdump import urls
+from hookdump.errors import InputError, StorageError, UsageError
 
 KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 URL = "s3://busy/acts"
@@ -127,13 +128,12 @@ def test_an_option_s3_does_not_take_is_exit_2_naming_its_key_not_its_value(busy,
 def test_a_keyword_error_without_storage_options_is_not_blamed_on_them() -> None:
     """With no storage options given, a TypeError about a keyword argument is the storage's own failure
     (an input that cannot be read, its text kept), not the paragraph about options the user never gave."""
-    from hookdump import urls
 
     def work() -> None:
         raise TypeError("open() got an unexpected keyword argument 'block_size'")
 
-    with urls.given({}), pytest.raises(hookdump.errors.InputError, match="block_size") as caught:
+    with urls.given({}), pytest.raises(InputError, match="block_size") as caught:
         urls.call(URL, work)
     assert "storage options" not in str(caught.value)
-    with urls.given({"anon": True}), pytest.raises(hookdump.errors.UsageError, match=r"\(anon\) are not all"):
+    with urls.given({"anon": True}), pytest.raises(UsageError, match=r"\(anon\) are not all"):
         urls.call(URL, work)
