@@ -89,6 +89,20 @@ def test_a_fresh_process_is_measured(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert (two.wall, two.rss) == (2 * run.wall, run.rss)
 
 
+def test_a_checkout_is_compiled_once_for_every_process(tmp_path: Path) -> None:
+    source = tmp_path / "hookdump" / "piece.py"
+    source.parent.mkdir()
+    source.write_text("VALUE = 7\n")
+    code = "import hookdump.piece as p, os; print(p.VALUE, os.path.exists(p.__cached__))"
+    env = {"PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
+    assert harness.process([sys.executable, "-c", code], env).stdout == "7 False\n"  # compiled, not kept
+    harness.bytecode(tmp_path)
+    assert harness.process([sys.executable, "-c", code], env).stdout == "7 True\n"  # read from it now
+    source.write_text("VALUE = 8\n")  # an edit: the stale bytecode is not used
+    os.utime(source, (source.stat().st_mtime + 5,) * 2)
+    assert harness.process([sys.executable, "-c", code], env).stdout.startswith("8 ")
+
+
 def test_rounds_take_turns_and_alternate(capsys: pytest.CaptureFixture[str]) -> None:
     calls: list[str] = []
 

@@ -85,6 +85,7 @@ def measure(
     ``hookdump`` from that checkout (``python -m hookdump``, the folder first on ``PYTHONPATH``)."""
     env: dict[str, str | None] = {**dict.fromkeys(MALLOC_VARIABLES), **SETTINGS[setting]}
     if against is not None:
+        harness.bytecode(Path(against))
         cmd, env["PYTHONPATH"] = [sys.executable, "-m", "hookdump", *cmd[1:]], against
     return harness.process(cmd, env, out=out)
 
