@@ -93,14 +93,22 @@ def test_a_checkout_is_compiled_once_for_every_process(tmp_path: Path) -> None:
     source = tmp_path / "hookdump" / "piece.py"
     source.parent.mkdir()
     source.write_text("VALUE = 7\n")
-    code = "import hookdump.piece as p, os; print(p.VALUE, os.path.exists(p.__cached__))"
-    env = {"PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
-    assert harness.process([sys.executable, "-c", code], env).stdout == "7 False\n"  # compiled, not kept
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def imported() -> tuple[str, str]:  # what the module says, and where -v says its code came from
+        done = subprocess.run([sys.executable, "-v", "-c", "import hookdump.piece as p; print(p.VALUE)"],
+                              env=env, capture_output=True, text=True, check=True)  # fmt: skip
+        origin = [line for line in done.stderr.splitlines() if line.startswith("# code object from")]
+        return done.stdout.strip(), [line for line in origin if "piece" in line][-1].strip("'")
+
+    value, origin = imported()
+    assert value == "7" and origin.endswith("piece.py") and not (source.parent / "__pycache__").exists()
     harness.bytecode(tmp_path)
-    assert harness.process([sys.executable, "-c", code], env).stdout == "7 True\n"  # read from it now
+    value, origin = imported()
+    assert value == "7" and origin.endswith(".pyc")  # read from the bytecode now
     source.write_text("VALUE = 8\n")  # an edit: the stale bytecode is not used
     os.utime(source, (source.stat().st_mtime + 5,) * 2)
-    assert harness.process([sys.executable, "-c", code], env).stdout.startswith("8 ")
+    assert imported()[0] == "8"
 
 
 def test_rounds_take_turns_and_alternate(capsys: pytest.CaptureFixture[str]) -> None:

@@ -85,7 +85,6 @@ def measure(
     ``hookdump`` from that checkout (``python -m hookdump``, the folder first on ``PYTHONPATH``)."""
     env: dict[str, str | None] = {**dict.fromkeys(MALLOC_VARIABLES), **SETTINGS[setting]}
     if against is not None:
-        harness.bytecode(Path(against))
         cmd, env["PYTHONPATH"] = [sys.executable, "-m", "hookdump", *cmd[1:]], against
     return harness.process(cmd, env, out=out)
 
@@ -220,6 +219,8 @@ def main() -> None:
     rows = [(fmt, 16, counts) for fmt in FORMATS] if args.formats else []
     rows += [("npy", 32, [int(n) for n in args.resnet.split(",")])] if args.resnet else []
     compare_rounds = args.rounds if args.compare_rounds is None else args.compare_rounds
+    if args.against:
+        harness.bytecode(Path(args.against))  # as parse did for this checkout: compiled once, not each run
     with harness.workdir("hookdump-mem-") as work:
         if compare_rounds > 0:
             compare(work, args.images, compare_rounds)
